@@ -1,0 +1,65 @@
+"""Errors raised by chathistory.
+
+Every error the library raises on purpose derives from one root::
+
+    ChatHistoryError
+    ├── InvalidMessage (also ValueError)   bad input; ``.path`` names the field, e.g. ``$.parts[2].call_id``
+    ├── NotFound (also KeyError)           an unknown session, message or asset
+    ├── Conflict                           a stale ``expected_version`` / ``If-Match``
+    └── MissingDependency (also ImportError)  an optional extra is not installed; names it
+
+The HTTP layer maps these classes to status codes in one table.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ChatHistoryError",
+    "Conflict",
+    "InvalidMessage",
+    "MissingDependency",
+    "NotFound",
+]
+
+
+class ChatHistoryError(Exception):
+    """Root of every error chathistory raises on purpose."""
+
+
+class InvalidMessage(ChatHistoryError, ValueError):
+    """A message (or a document of messages) failed validation.
+
+    ``path`` is a JSONPath-like pointer to the bad field (``$.parts[2].call_id``)
+    and ``reason`` the bare explanation; ``str(err)`` joins both.
+    """
+
+    def __init__(self, reason: str, path: str = "$") -> None:
+        self.reason = reason
+        self.path = path
+        super().__init__(f"{reason} - at `{path}`")
+
+    def under(self, prefix: str) -> InvalidMessage:
+        """The same error with its path re-rooted below ``prefix`` (``$.messages[3]``)."""
+        return InvalidMessage(self.reason, prefix + self.path[1:])
+
+
+class NotFound(ChatHistoryError, KeyError):
+    """An unknown session, message or asset."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; we want plain text
+        return str(self.args[0]) if self.args else "not found"
+
+
+class Conflict(ChatHistoryError):
+    """A write was made against a stale version of a session."""
+
+
+class MissingDependency(ChatHistoryError, ImportError):
+    """An optional dependency is missing; the message names the extra to install."""
+
+    def __init__(self, package: str, extra: str) -> None:
+        self.package = package
+        self.extra = extra
+        super().__init__(
+            f"{package} is not installed; install it with: pip install 'chathistory[{extra}]'"
+        )

@@ -1,0 +1,36 @@
+"""The message model: values and their one codec. Imports nothing else of ours
+but ``chathistory.errors``."""
+
+from .message import KVStatus, Message, Role
+from .parts import (
+    Attachment,
+    AudioPart,
+    FilePart,
+    ImagePart,
+    MediaPart,
+    Part,
+    Reasoning,
+    ResultPart,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    new_id,
+)
+
+__all__ = [
+    "Attachment",
+    "AudioPart",
+    "FilePart",
+    "ImagePart",
+    "KVStatus",
+    "MediaPart",
+    "Message",
+    "Part",
+    "Reasoning",
+    "ResultPart",
+    "Role",
+    "TextPart",
+    "ToolCall",
+    "ToolResult",
+    "new_id",
+]

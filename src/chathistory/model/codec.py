@@ -1,0 +1,188 @@
+"""The one codec for messages and message documents.
+
+JSON goes through ``msgspec`` with typed decoders, so decoding validates
+types as it parses; semantic rules run after (``Message.validate``). Errors
+become ``InvalidMessage`` with the path of the bad field.
+
+A *document* is the versioned envelope of a list of messages::
+
+    {"schema_version": 1, "messages": [...], "assets": {"<sha256>": "<base64>"}}
+
+Attachment bytes are kept once per content hash in ``assets`` and the
+messages reference them, so an image sent ten times is stored once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from ..errors import InvalidMessage
+from .message import Message
+from .parts import Attachment, MediaPart, Part, ToolResult
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "decode",
+    "decode_document",
+    "decode_message",
+    "encode",
+    "encode_document",
+    "message_from_builtins",
+]
+
+SCHEMA_VERSION = 1
+"""Version of the serialized form. Every version ever released still decodes."""
+
+_SUPPORTED_VERSIONS = frozenset({1})
+
+
+class Document(msgspec.Struct, kw_only=True, omit_defaults=True):
+    schema_version: int
+    messages: list[Message]
+    assets: dict[str, bytes] = {}
+    metadata: dict[str, Any] = {}
+
+
+_encoder = msgspec.json.Encoder()
+_message_decoder = msgspec.json.Decoder(Message)
+_messages_decoder = msgspec.json.Decoder(list[Message])
+_document_decoder = msgspec.json.Decoder(Document)
+_PATH = re.compile(r"^(.*?)(?: - at `(\$[^`]*)`)?$", re.S)
+
+
+def _invalid(exc: msgspec.MsgspecError, prefix: str = "$") -> InvalidMessage:
+    match = _PATH.match(str(exc))
+    reason, path = (match.group(1), match.group(2)) if match else (str(exc), None)
+    if isinstance(exc, msgspec.DecodeError) and not isinstance(exc, msgspec.ValidationError):
+        reason = f"invalid JSON: {reason}"
+    return InvalidMessage(reason, (prefix + path[1:]) if path else prefix)
+
+
+def encode(value: Any) -> bytes:
+    """JSON bytes for a message, a part, or a list of them."""
+    return _encoder.encode(value)
+
+
+def _validate_all(messages: Sequence[Message], prefix: str) -> None:
+    for i, msg in enumerate(messages):
+        try:
+            msg.validate()
+        except InvalidMessage as exc:
+            raise exc.under(f"{prefix}[{i}]") from None
+
+
+def decode_message(data: bytes | str) -> Message:
+    """A validated message from JSON."""
+    try:
+        msg = _message_decoder.decode(data)
+    except msgspec.MsgspecError as exc:
+        raise _invalid(exc) from None
+    return msg.validate()
+
+
+def decode(data: bytes | str) -> list[Message]:
+    """A validated list of messages from a JSON array."""
+    try:
+        messages = _messages_decoder.decode(data)
+    except msgspec.MsgspecError as exc:
+        raise _invalid(exc) from None
+    _validate_all(messages, "$")
+    return messages
+
+
+def message_from_builtins(data: Mapping[str, Any]) -> Message:
+    """A validated message from a dict of JSON-shaped values."""
+    try:
+        msg = msgspec.convert(data, Message, from_attributes=False)
+    except msgspec.MsgspecError as exc:
+        raise _invalid(exc) from None
+    return msg.validate()
+
+
+# ---------------------------------------------------------------- documents
+
+
+def _strip_media(part: MediaPart, assets: dict[str, bytes]) -> MediaPart:
+    att = part.attachment
+    if att is None or att.data is None:
+        return part
+    assets.setdefault(att.sha256, att.data)
+    return msgspec.structs.replace(part, attachment=att.without_data())
+
+
+def _strip_part(part: Part, assets: dict[str, bytes]) -> Part:
+    if isinstance(part, MediaPart):
+        return _strip_media(part, assets)
+    if type(part) is ToolResult and not isinstance(part.content, str):
+        return msgspec.structs.replace(
+            part,
+            content=[_strip_media(c, assets) if isinstance(c, MediaPart) else c
+                     for c in part.content],
+        )
+    return part
+
+
+def _has_inline_media(msg: Message) -> bool:
+    for p in msg.parts:
+        if isinstance(p, MediaPart):
+            if p.attachment is not None and p.attachment.data is not None:
+                return True
+        elif type(p) is ToolResult and not isinstance(p.content, str):
+            if any(isinstance(c, MediaPart) and c.attachment is not None
+                   and c.attachment.data is not None for c in p.content):
+                return True
+    return False
+
+
+def encode_document(messages: Iterable[Message], metadata: dict[str, Any] | None = None) -> bytes:
+    """The versioned JSON document of ``messages``, attachments stored once by hash."""
+    assets: dict[str, bytes] = {}
+    out: list[Message] = []
+    for msg in messages:
+        if _has_inline_media(msg):
+            msg = msgspec.structs.replace(msg, parts=[_strip_part(p, assets) for p in msg.parts])
+        out.append(msg)
+    doc = Document(schema_version=SCHEMA_VERSION, messages=out, assets=assets,
+                   metadata=metadata or {})
+    return _encoder.encode(doc)
+
+
+def _attach(part: Part, assets: Mapping[str, bytes], cache: dict[str, Attachment]) -> Part:
+    if isinstance(part, MediaPart):
+        att = part.attachment
+        if att is None or att.data is not None or att.sha256 not in assets:
+            return part
+        full = cache.get(att.id)
+        if full is None:
+            full = cache[att.id] = msgspec.structs.replace(att, data=assets[att.sha256])
+        return msgspec.structs.replace(part, attachment=full)
+    if type(part) is ToolResult and not isinstance(part.content, str):
+        content: list[Any] = [_attach(c, assets, cache) for c in part.content]
+        return msgspec.structs.replace(part, content=content)
+    return part
+
+
+def decode_document(data: bytes | str) -> tuple[list[Message], dict[str, Any]]:
+    """Messages and metadata from a versioned document; validates every message."""
+    try:
+        doc = _document_decoder.decode(data)
+    except msgspec.MsgspecError as exc:
+        raise _invalid(exc) from None
+    if doc.schema_version not in _SUPPORTED_VERSIONS:
+        raise InvalidMessage(
+            f"schema_version {doc.schema_version} is newer than this chathistory "
+            f"(reads {sorted(_SUPPORTED_VERSIONS)}); upgrade chathistory",
+            "$.schema_version",
+        )
+    messages = doc.messages
+    if doc.assets:
+        cache: dict[str, Attachment] = {}
+        for msg in messages:
+            if msg.has_media:
+                msg.parts = [_attach(p, doc.assets, cache) for p in msg.parts]
+    _validate_all(messages, "$.messages")
+    return messages, doc.metadata

@@ -1,0 +1,197 @@
+"""Content parts and attachments: one tagged union, discriminated by ``type``.
+
+A message holds a list of parts. Parts are frozen ``msgspec`` structs, so a
+part is a value: equal when its fields are equal, cheap to copy by reference.
+Tags are never reused; a new kind of part gets a new tag (schema rules in
+``docs/schema.md``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import Any, TypeAlias
+
+import msgspec
+
+from ._sniff import image_size, modality_of, sniff_mime
+
+__all__ = [
+    "Attachment",
+    "AudioPart",
+    "FilePart",
+    "ImagePart",
+    "MediaPart",
+    "Part",
+    "Reasoning",
+    "ResultPart",
+    "TextPart",
+    "ToolCall",
+    "ToolResult",
+    "new_id",
+]
+
+MAX_ATTACHMENT_BYTES = 50 * 1024 * 1024
+
+
+def new_id() -> str:
+    """A new random UUID (version 4) as a string."""
+    return str(uuid.uuid4())
+
+
+class Attachment(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    """A file kept by content hash: the same bytes are stored once however often used.
+
+    ``data`` holds the bytes inline until a store moves them into its asset
+    storage; after that the attachment is a pure reference by ``sha256``.
+    """
+
+    id: str = msgspec.field(default_factory=new_id)
+    name: str
+    size: int
+    modality: str
+    mime_type: str
+    sha256: str
+    width: int | None = None
+    height: int | None = None
+    data: bytes | None = None
+
+    @classmethod
+    def from_bytes(
+        cls, data: bytes, *, name: str | None = None, mime_type: str | None = None
+    ) -> Attachment:
+        """An attachment for ``data``; the media type is sniffed when not given."""
+        mime = mime_type or sniff_mime(data, name)
+        digest = hashlib.sha256(data).hexdigest()
+        modality = modality_of(mime) or "document"
+        size = image_size(data) if modality == "image" else None
+        if name is None:
+            ext = (mime.split("/")[-1].split(";")[0] or "bin").replace("jpeg", "jpg")
+            name = f"{digest[:12]}.{ext}"
+        return cls(
+            name=name,
+            size=len(data),
+            modality=modality,
+            mime_type=mime,
+            sha256=digest,
+            width=size[0] if size else None,
+            height=size[1] if size else None,
+            data=bytes(data),
+        )
+
+    def without_data(self) -> Attachment:
+        """The same attachment as a pure reference (no inline bytes)."""
+        return msgspec.structs.replace(self, data=None) if self.data is not None else self
+
+
+class _Part(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False,
+            tag_field="type"):
+    """Base of every part; ``provider_metadata`` is echoed back to the provider as is."""
+
+    provider_metadata: dict[str, Any] = {}
+
+
+class TextPart(_Part, tag="text"):
+    text: str
+
+
+class MediaPart(_Part):
+    """Media given either by ``url`` (http(s) or data URL) or by an ``attachment``."""
+
+    url: str | None = None
+    attachment: Attachment | None = None
+    mime_type: str | None = None
+
+    @property
+    def media_type(self) -> str | None:
+        """The media type from the attachment, else the one given with the URL."""
+        return self.attachment.mime_type if self.attachment else self.mime_type
+
+    @property
+    def size(self) -> int:
+        """Bytes of the attachment (0 for media given by URL)."""
+        return self.attachment.size if self.attachment else 0
+
+
+class ImagePart(MediaPart, tag="image"):
+    """An image; ``detail`` is OpenAI's ``auto`` / ``low`` / ``high`` hint."""
+
+    detail: str | None = None
+    width: int | None = None
+    height: int | None = None
+
+    @property
+    def dimensions(self) -> tuple[int, int] | None:
+        """(width, height) when known from the part or its attachment."""
+        if self.width and self.height:
+            return self.width, self.height
+        att = self.attachment
+        if att is not None and att.width and att.height:
+            return att.width, att.height
+        return None
+
+
+class AudioPart(MediaPart, tag="audio"):
+    """Audio input; ``transcript`` may carry its text for text-only views."""
+
+    transcript: str | None = None
+
+
+class FilePart(MediaPart, tag="file"):
+    """A document or other file (PDF, text, video); ``name`` is its file name."""
+
+    name: str | None = None
+
+    @property
+    def filename(self) -> str:
+        """The best name to show: the part's, the attachment's, or the URL's tail."""
+        if self.name:
+            return self.name
+        if self.attachment:
+            return self.attachment.name
+        if self.url and not self.url.startswith("data:"):
+            return self.url.rstrip("/").rsplit("/", 1)[-1] or self.url
+        return "file"
+
+
+class ToolCall(_Part, tag="tool_call"):
+    """A request by the model to run tool ``name`` with JSON ``arguments``."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = {}
+
+
+ResultPart: TypeAlias = TextPart | ImagePart | AudioPart | FilePart
+
+
+class ToolResult(_Part, tag="tool_result"):
+    """The answer to the tool call ``call_id``: text, or a list of parts."""
+
+    call_id: str
+    content: str | list[ResultPart] = ""
+    is_error: bool = False
+    name: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The result's text (text parts joined by newlines)."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+
+
+class Reasoning(_Part, tag="reasoning"):
+    """Model reasoning: readable ``text`` and/or opaque provider ``data``.
+
+    ``signature`` (Anthropic thinking) and ``data`` (redacted thinking, OpenAI
+    encrypted reasoning) must be sent back unchanged with the call they precede.
+    """
+
+    text: str = ""
+    signature: str | None = None
+    data: str | None = None
+
+
+Part: TypeAlias = TextPart | ImagePart | AudioPart | FilePart | ToolCall | ToolResult | Reasoning
+"""Any content part; JSON carries the kind in ``type``."""

@@ -1,0 +1,304 @@
+"""Token counting: exact offline counters, a documented approximation, any callable.
+
+A counter has a ``name`` (the key its counts are cached under in each
+message), ``count_text`` and ``count_message``. ``cached_count`` computes a
+message's count once per counter and keeps it in ``message.token_counts``,
+which serializes with the message: a restored session is not re-tokenized.
+
+Message counts follow OpenAI's documented chat accounting (3 tokens per
+message, 1 more when a name is set, the role and content counted as text,
+3 tokens priming the reply once per request). That is exact for text
+messages. Tool calls and results are counted as their JSON text plus the same
+overhead (OpenAI does not document its internal tool format, so this is an
+estimate); images use the provider's published formula from their
+dimensions; audio and non-text files use the documented estimates below.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from .model import (
+    AudioPart,
+    FilePart,
+    ImagePart,
+    Message,
+    Reasoning,
+    TextPart,
+    ToolCall,
+    ToolResult,
+)
+from .model.parts import MediaPart
+
+__all__ = [
+    "AUDIO_TOKENS_ESTIMATE",
+    "FILE_TOKENS_PER_KB_ESTIMATE",
+    "ApproxCounter",
+    "CallableCounter",
+    "ChatCounter",
+    "EncodingCounter",
+    "TokenCounter",
+    "anthropic_image_tokens",
+    "cached_count",
+    "get_counter",
+    "openai_image_tokens",
+]
+
+AUDIO_TOKENS_ESTIMATE = 200
+"""Tokens counted for an audio part without a transcript (about 10 s of speech)."""
+FILE_TOKENS_PER_KB_ESTIMATE = 50
+"""Tokens counted per KiB of a binary file (a PDF page of text is about 500 tokens)."""
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """What selectors and reducers need of a tokenizer."""
+
+    name: str
+    """Cache key: two counters with the same name must give the same counts."""
+    priming_tokens: int
+    """Tokens added once per request (the reply's priming)."""
+
+    def count_text(self, text: str) -> int: ...
+
+    def count_message(self, message: Message) -> int: ...
+
+
+def openai_image_tokens(width: int | None, height: int | None, detail: str | None = None) -> int:
+    """OpenAI's published image cost (GPT-4o family): 85 base + 170 per 512-px tile
+    after fitting in 2048x2048 and scaling the short side to 768; ``low`` is 85."""
+    if detail == "low":
+        return 85
+    if not width or not height:
+        width = height = 1024  # unknown size: the cost of a typical 1024x1024 image
+    scale = min(1.0, 2048 / max(width, height))
+    w, h = width * scale, height * scale
+    scale = min(1.0, 768 / min(w, h))
+    w, h = w * scale, h * scale
+    return 85 + 170 * math.ceil(w / 512) * math.ceil(h / 512)
+
+
+def anthropic_image_tokens(width: int | None, height: int | None) -> int:
+    """Anthropic's published image cost: width*height/750 after fitting the long edge
+    in 1568 px (unknown size: a 1092x1092 image, about 1,590 tokens)."""
+    if not width or not height:
+        width = height = 1092
+    scale = min(1.0, 1568 / max(width, height))
+    return math.ceil(width * scale * height * scale / 750)
+
+
+class ChatCounter:
+    """Counts messages in OpenAI's chat accounting over any ``count_text``.
+
+    Subclasses (or ``CallableCounter``) supply ``count_text``.
+    """
+
+    name: str = "chat"
+    tokens_per_message: int = 3
+    tokens_per_name: int = 1
+    priming_tokens: int = 3
+    image_formula: str = "openai"
+
+    def count_text(self, text: str) -> int:
+        raise NotImplementedError
+
+    def count_message(self, message: Message) -> int:
+        count_text = self.count_text
+        total = self.tokens_per_message + count_text(message.role)
+        if message.name:
+            total += self.tokens_per_name + count_text(message.name)
+        for part in message.parts:
+            kind = type(part)
+            if kind is TextPart:
+                total += count_text(part.text)  # type: ignore[union-attr]
+            else:
+                total += self._count_part(part)
+        return total
+
+    def _count_part(self, part: object) -> int:
+        count_text = self.count_text
+        if isinstance(part, ToolCall):
+            args = json.dumps(part.arguments, ensure_ascii=False, separators=(",", ":"))
+            return self.tokens_per_message + count_text(part.name) + count_text(args)
+        if isinstance(part, ToolResult):
+            total = count_text(part.call_id)
+            if isinstance(part.content, str):
+                return total + count_text(part.content)
+            return total + sum(self._count_part(c) for c in part.content)
+        if isinstance(part, TextPart):
+            return count_text(part.text)
+        if isinstance(part, Reasoning):
+            return count_text(part.text) if part.text else 0
+        if isinstance(part, ImagePart):
+            size = part.dimensions
+            if self.image_formula == "anthropic":
+                return anthropic_image_tokens(*(size or (None, None)))
+            return openai_image_tokens(*(size or (None, None)), part.detail)
+        if isinstance(part, AudioPart):
+            return count_text(part.transcript) if part.transcript else AUDIO_TOKENS_ESTIMATE
+        if isinstance(part, FilePart | MediaPart):
+            return self._count_file(part)
+        return 0
+
+    def _count_file(self, part: MediaPart) -> int:
+        att = part.attachment
+        if att is None:
+            return FILE_TOKENS_PER_KB_ESTIMATE  # by URL: size unknown
+        if att.data is not None and att.mime_type.startswith("text/"):
+            return self.count_text(att.data.decode("utf-8", "replace"))
+        return max(1, math.ceil(att.size / 1024 * FILE_TOKENS_PER_KB_ESTIMATE))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+def _tiktoken_count(encoding: str) -> Callable[[str], int] | None:
+    """tiktoken's counter when tiktoken is installed *and* its table is already cached
+    (it would otherwise try to download it)."""
+    try:
+        import hashlib
+        import os
+        import tempfile
+
+        import tiktoken
+        import tiktoken_ext.openai_public as public
+    except ImportError:
+        return None
+    ctor = getattr(public, encoding, None)
+    if ctor is None:
+        return None
+    cache = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR") or (
+        os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    )
+    url = f"https://openaipublic.blob.core.windows.net/encodings/{encoding}.tiktoken"
+    if not cache or not os.path.exists(os.path.join(cache, hashlib.sha1(url.encode()).hexdigest())):
+        return None
+    enc = tiktoken.get_encoding(encoding)
+    return lambda text: len(enc.encode_ordinary(text))
+
+
+def _bpe_openai_count(encoding: str) -> Callable[[str], int]:
+    from bpe_openai import _bindings
+
+    tokenizer = _bindings.tokenizer_for_encoding(encoding)
+    count: Callable[[str], int] = tokenizer.count
+    return count
+
+
+class EncodingCounter(ChatCounter):
+    """Exact, offline counts for an OpenAI encoding (``o200k_base``, ``cl100k_base``).
+
+    Uses tiktoken when it is installed with its table cached, else the tables
+    that ``bpe-openai`` ships (the same ranks and split pattern, so the same
+    counts). Special-token text such as ``<|endoftext|>`` inside a message is
+    counted as ordinary text, as it is for user input.
+    """
+
+    def __init__(self, encoding: str = "o200k_base", *, image_formula: str = "openai") -> None:
+        if encoding not in ("o200k_base", "cl100k_base"):
+            raise ValueError(f"unknown encoding {encoding!r}: use o200k_base or cl100k_base")
+        self.encoding = encoding
+        self.name = encoding if image_formula == "openai" else f"{encoding}+{image_formula}"
+        self.image_formula = image_formula
+        tik = _tiktoken_count(encoding)
+        self.backend = "tiktoken" if tik else "bpe-openai"
+        self._count = tik or _bpe_openai_count(encoding)
+
+    def count_text(self, text: str) -> int:
+        return self._count(text) if text else 0
+
+
+class ApproxCounter(ChatCounter):
+    """A fast estimate: one token per ``chars_per_token`` characters (default 4,
+    OpenAI's rule of thumb for English; code and non-Latin scripts run higher)."""
+
+    def __init__(self, chars_per_token: float = 4.0) -> None:
+        self.chars_per_token = chars_per_token
+        self.name = f"approx:{chars_per_token:g}"
+
+    def count_text(self, text: str) -> int:
+        return math.ceil(len(text) / self.chars_per_token) if text else 0
+
+
+class CallableCounter(ChatCounter):
+    """Any ``text -> int`` function as a counter, e.g. a Hugging Face tokenizer::
+
+        CallableCounter(lambda t: len(tok.encode(t, add_special_tokens=False)), name="llama3")
+    """
+
+    def __init__(
+        self,
+        count: Callable[[str], int],
+        *,
+        name: str,
+        tokens_per_message: int = 3,
+        tokens_per_name: int = 1,
+        priming_tokens: int = 3,
+        image_formula: str = "openai",
+    ) -> None:
+        if not name:
+            raise ValueError("a counter needs a name: counts are cached under it")
+        self._count = count
+        self.name = name
+        self.tokens_per_message = tokens_per_message
+        self.tokens_per_name = tokens_per_name
+        self.priming_tokens = priming_tokens
+        self.image_formula = image_formula
+
+    def count_text(self, text: str) -> int:
+        return int(self._count(text)) if text else 0
+
+
+_MODEL_ENCODINGS = (
+    ("gpt-4o", "o200k_base"), ("gpt-4.1", "o200k_base"), ("gpt-4.5", "o200k_base"),
+    ("gpt-5", "o200k_base"), ("o1", "o200k_base"), ("o3", "o200k_base"), ("o4", "o200k_base"),
+    ("gpt-4", "cl100k_base"), ("gpt-3.5", "cl100k_base"), ("text-embedding", "cl100k_base"),
+)
+_counters: dict[str, TokenCounter] = {}
+
+
+def get_counter(spec: str | TokenCounter | Callable[[str], int] | None = None) -> TokenCounter:
+    """A counter from a name: ``o200k_base`` (the default), ``cl100k_base``,
+    ``approx``, or an OpenAI model name (``gpt-4o`` -> o200k_base); a counter is
+    returned as is and a plain callable is wrapped in ``CallableCounter``."""
+    if spec is None:
+        spec = "o200k_base"
+    if isinstance(spec, str):
+        found = _counters.get(spec)
+        if found is not None:
+            return found
+        if spec in ("o200k_base", "cl100k_base"):
+            counter: TokenCounter = EncodingCounter(spec)
+        elif spec == "approx":
+            counter = ApproxCounter()
+        else:
+            encoding = next((e for prefix, e in _MODEL_ENCODINGS if spec.startswith(prefix)), None)
+            if encoding is None:
+                raise ValueError(
+                    f"unknown tokenizer {spec!r}: use o200k_base, cl100k_base, approx, an "
+                    "OpenAI model name, a TokenCounter or a callable"
+                )
+            counter = get_counter(encoding)
+        _counters[spec] = counter
+        return counter
+    if isinstance(spec, TokenCounter):
+        return spec
+    if callable(spec):
+        return CallableCounter(spec, name=getattr(spec, "__qualname__", "callable"))
+    raise TypeError(f"not a token counter: {spec!r}")
+
+
+def cached_count(message: Message, counter: TokenCounter) -> int:
+    """The message's count for ``counter``, computed once and cached in the message."""
+    counts = message.token_counts
+    if counts is None:
+        counts = message.token_counts = {}
+    else:
+        found = counts.get(counter.name)
+        if found is not None:
+            return found
+    n = counts[counter.name] = counter.count_message(message)
+    return n
