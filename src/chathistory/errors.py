@@ -3,7 +3,8 @@
 Every error the library raises on purpose derives from one root::
 
     ChatHistoryError
-    ├── InvalidMessage (also ValueError)   bad input; ``.path`` names the field, e.g. ``$.parts[2].call_id``
+    ├── InvalidMessage (also ValueError)   bad input; ``.path`` names the field:
+    │                                      ``$.parts[2].call_id``
     ├── NotFound (also KeyError)           an unknown session, message or asset
     ├── Conflict                           a stale ``expected_version`` / ``If-Match``
     └── MissingDependency (also ImportError)  an optional extra is not installed; names it

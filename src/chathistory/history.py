@@ -13,6 +13,7 @@ re-tokenizes and its cost does not grow with the length of the history.
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
@@ -351,8 +352,10 @@ class History(Sequence[Message]):
         """The newest ``n`` messages as readable text: ``User: ...`` lines, one
         ``File: name`` line per attachment, tool calls and results spelled out."""
         lines: list[str] = []
-        for message in self.recent(n):
-            lines.extend(render_text(message))
+        selection = self.recent(n)
+        names = {c.id: c.name for m in selection for c in m.tool_calls}
+        for message in selection:
+            lines.extend(render_text(message, names))
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ serialization
@@ -405,8 +408,6 @@ def render_text(message: Message, call_names: dict[str, str] | None = None) -> l
         lines.append(f"{who}: {text}")
     for part in message.parts:
         if isinstance(part, ToolCall):
-            import json
-
             args = json.dumps(part.arguments, ensure_ascii=False)
             lines.append(f"{who} called {part.name}({args}) [call {part.id}]")
         elif isinstance(part, ToolResult):

@@ -133,10 +133,10 @@ class ChatCounter:
         if isinstance(part, Reasoning):
             return count_text(part.text) if part.text else 0
         if isinstance(part, ImagePart):
-            size = part.dimensions
+            width, height = part.dimensions or (None, None)
             if self.image_formula == "anthropic":
-                return anthropic_image_tokens(*(size or (None, None)))
-            return openai_image_tokens(*(size or (None, None)), part.detail)
+                return anthropic_image_tokens(width, height)
+            return openai_image_tokens(width, height, part.detail)
         if isinstance(part, AudioPart):
             return count_text(part.transcript) if part.transcript else AUDIO_TOKENS_ESTIMATE
         if isinstance(part, FilePart | MediaPart):
@@ -164,7 +164,7 @@ def _tiktoken_count(encoding: str) -> Callable[[str], int] | None:
         import tempfile
 
         import tiktoken
-        import tiktoken_ext.openai_public as public
+        import tiktoken_ext.openai_public as public  # type: ignore[import-untyped]
     except ImportError:
         return None
     ctor = getattr(public, encoding, None)
@@ -181,7 +181,7 @@ def _tiktoken_count(encoding: str) -> Callable[[str], int] | None:
 
 
 def _bpe_openai_count(encoding: str) -> Callable[[str], int]:
-    from bpe_openai import _bindings
+    from bpe_openai import _bindings  # type: ignore[import-untyped]
 
     tokenizer = _bindings.tokenizer_for_encoding(encoding)
     count: Callable[[str], int] = tokenizer.count

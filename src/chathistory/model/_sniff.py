@@ -9,7 +9,7 @@ from __future__ import annotations
 import mimetypes
 import struct
 
-__all__ = ["image_size", "modality_of", "sniff_mime", "SUPPORTED_MIME_TYPES"]
+__all__ = ["SUPPORTED_MIME_TYPES", "image_size", "modality_of", "sniff_mime"]
 
 _IMAGE = {"image/png", "image/jpeg", "image/gif", "image/webp", "image/heic", "image/heif"}
 _AUDIO = {

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -38,6 +38,7 @@ SCHEMA_VERSION = 1
 """Version of the serialized form. Every version ever released still decodes."""
 
 _SUPPORTED_VERSIONS = frozenset({1})
+_M = TypeVar("_M", bound=MediaPart)
 
 
 class Document(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -106,7 +107,7 @@ def message_from_builtins(data: Mapping[str, Any]) -> Message:
 # ---------------------------------------------------------------- documents
 
 
-def _strip_media(part: MediaPart, assets: dict[str, bytes]) -> MediaPart:
+def _strip_media(part: _M, assets: dict[str, bytes]) -> _M:
     att = part.attachment
     if att is None or att.data is None:
         return part
@@ -131,10 +132,10 @@ def _has_inline_media(msg: Message) -> bool:
         if isinstance(p, MediaPart):
             if p.attachment is not None and p.attachment.data is not None:
                 return True
-        elif type(p) is ToolResult and not isinstance(p.content, str):
-            if any(isinstance(c, MediaPart) and c.attachment is not None
-                   and c.attachment.data is not None for c in p.content):
-                return True
+        elif (type(p) is ToolResult and not isinstance(p.content, str)
+              and any(isinstance(c, MediaPart) and c.attachment is not None
+                      and c.attachment.data is not None for c in p.content)):
+            return True
     return False
 
 

@@ -63,8 +63,8 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _media_part(item: Attachment | MediaPart) -> MediaPart:
-    if isinstance(item, MediaPart):
+def _media_part(item: Attachment | MediaPart) -> ImagePart | AudioPart | FilePart:
+    if isinstance(item, ImagePart | AudioPart | FilePart):
         return item
     if isinstance(item, Attachment):
         if item.modality == "image":
@@ -88,7 +88,9 @@ def _tool_call(item: ToolCall | Mapping[str, Any], path: str) -> ToolCall:
         try:
             args = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError as exc:
-            raise InvalidMessage(f"arguments are not valid JSON: {exc}", path + ".arguments") from None
+            raise InvalidMessage(
+                f"arguments are not valid JSON: {exc}", path + ".arguments"
+            ) from None
     return ToolCall(
         id=str(item.get("id") or new_id()),
         name=str(item.get("name", "")),
@@ -148,7 +150,9 @@ class Message(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
         ``{"id", "name", "arguments"}`` whose arguments may be a JSON string."""
         parts: list[Part] = []
         if reasoning is not None:
-            parts.append(reasoning if isinstance(reasoning, Reasoning) else Reasoning(text=reasoning))
+            if not isinstance(reasoning, Reasoning):
+                reasoning = Reasoning(text=reasoning)
+            parts.append(reasoning)
         if text:
             parts.append(TextPart(text=text))
         parts.extend(_tool_call(c, f"$.parts[{len(parts) + i}]") for i, c in enumerate(tool_calls))
@@ -283,24 +287,23 @@ class Message(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
         has_content = False
         for i, part in enumerate(self.parts):
             path = f"$.parts[{i}]"
-            kind = type(part)
-            if kind is TextPart:
+            if isinstance(part, TextPart):
                 if not isinstance(part.text, str):
                     raise InvalidMessage("text must be a string", path + ".text")
                 has_content = has_content or bool(part.text.strip())
-            elif kind is ToolCall:
+            elif isinstance(part, ToolCall):
                 _check_tool_call(part, path)
                 has_content = True
-            elif kind is ToolResult:
+            elif isinstance(part, ToolResult):
                 _check_tool_result(part, path)
                 has_content = True
-            elif kind is Reasoning:
+            elif isinstance(part, Reasoning):
                 has_content = has_content or bool(part.text or part.data or part.signature)
             elif isinstance(part, MediaPart):
                 _check_media(part, path)
                 has_content = True
             else:
-                raise InvalidMessage(f"unknown part type {kind.__name__}", path)
+                raise InvalidMessage(f"unknown part type {type(part).__name__}", path)
         if not has_content:
             raise InvalidMessage(
                 "a message needs non-empty text, an attachment, a tool call or a tool result",

@@ -91,11 +91,11 @@ class _Part(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
     provider_metadata: dict[str, Any] = {}
 
 
-class TextPart(_Part, tag="text"):
+class TextPart(_Part, tag="text", frozen=True):
     text: str
 
 
-class MediaPart(_Part):
+class MediaPart(_Part, frozen=True):
     """Media given either by ``url`` (http(s) or data URL) or by an ``attachment``."""
 
     url: str | None = None
@@ -113,7 +113,7 @@ class MediaPart(_Part):
         return self.attachment.size if self.attachment else 0
 
 
-class ImagePart(MediaPart, tag="image"):
+class ImagePart(MediaPart, tag="image", frozen=True):
     """An image; ``detail`` is OpenAI's ``auto`` / ``low`` / ``high`` hint."""
 
     detail: str | None = None
@@ -131,13 +131,13 @@ class ImagePart(MediaPart, tag="image"):
         return None
 
 
-class AudioPart(MediaPart, tag="audio"):
+class AudioPart(MediaPart, tag="audio", frozen=True):
     """Audio input; ``transcript`` may carry its text for text-only views."""
 
     transcript: str | None = None
 
 
-class FilePart(MediaPart, tag="file"):
+class FilePart(MediaPart, tag="file", frozen=True):
     """A document or other file (PDF, text, video); ``name`` is its file name."""
 
     name: str | None = None
@@ -154,7 +154,7 @@ class FilePart(MediaPart, tag="file"):
         return "file"
 
 
-class ToolCall(_Part, tag="tool_call"):
+class ToolCall(_Part, tag="tool_call", frozen=True):
     """A request by the model to run tool ``name`` with JSON ``arguments``."""
 
     id: str
@@ -165,7 +165,7 @@ class ToolCall(_Part, tag="tool_call"):
 ResultPart: TypeAlias = TextPart | ImagePart | AudioPart | FilePart
 
 
-class ToolResult(_Part, tag="tool_result"):
+class ToolResult(_Part, tag="tool_result", frozen=True):
     """The answer to the tool call ``call_id``: text, or a list of parts."""
 
     call_id: str
@@ -181,7 +181,7 @@ class ToolResult(_Part, tag="tool_result"):
         return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
 
 
-class Reasoning(_Part, tag="reasoning"):
+class Reasoning(_Part, tag="reasoning", frozen=True):
     """Model reasoning: readable ``text`` and/or opaque provider ``data``.
 
     ``signature`` (Anthropic thinking) and ``data`` (redacted thinking, OpenAI

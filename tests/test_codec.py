@@ -1,0 +1,105 @@
+"""The serialized form: round trips, attachment dedup, the v1 golden file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chathistory import (
+    Attachment,
+    AudioPart,
+    FilePart,
+    History,
+    ImagePart,
+    InvalidMessage,
+    KVStatus,
+    Message,
+    Reasoning,
+    ToolCall,
+    ToolResult,
+)
+from chathistory.model.codec import SCHEMA_VERSION
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def test_v1_golden_file_loads() -> None:
+    h = History.from_json((GOLDEN / "history_v1.json").read_bytes())
+    assert len(h) == 7
+    assert h.metadata == {"title": "golden"}
+    system, user, call, result, err, mcp, answer = h
+    assert system.role == "system" and system.text == "You are terse."
+    assert user.name == "alice" and user.metadata == {"channel": "web"}
+    img, pdf, url = user.parts[1], user.parts[2], user.parts[3]
+    assert isinstance(img, ImagePart) and img.attachment is not None
+    assert img.attachment.data is not None and img.attachment.data.startswith(b"\x89PNG")
+    assert (img.attachment.width, img.attachment.height, img.detail) == (4, 3, "high")
+    assert isinstance(pdf, FilePart) and pdf.filename == "report.pdf"
+    assert isinstance(url, ImagePart) and url.url == "https://example.com/cat.jpg"
+    assert isinstance(call.parts[0], Reasoning) and call.parts[0].signature == "sig-abc"
+    assert [c.name for c in call.tool_calls] == ["get_weather", "get_time"]
+    assert call.tool_calls[0].arguments == {"city": "Paris"}
+    assert (call.kv_size, call.kv_start, call.kv_status) == (42, 17, KVStatus.MARKED)
+    assert call.token_counts == {"o200k_base": 42}
+    assert call.provider_metadata == {"openai": {"response_id": "resp_1"}}
+    assert result.kv_status == KVStatus.UNLOADED
+    assert result.tool_results[0].text == "18C, sunny"
+    res = err.tool_results[0]
+    assert res.is_error and isinstance(res.content, list)
+    inner = res.content[1]
+    assert isinstance(inner, ImagePart) and inner.attachment is not None
+    assert inner.attachment.data == img.attachment.data
+    assert mcp.role == "mcp_response"
+    assert isinstance(answer.parts[1], AudioPart) and answer.parts[1].transcript == "sunny"
+    # the newest 4 widen back to the call that the results answer
+    assert h.recent(4) == [call, result, err, mcp, answer]
+    assert h.to_json() == History.from_json(h.to_json()).to_json()
+
+
+def test_golden_file_stores_each_asset_once() -> None:
+    doc = json.loads((GOLDEN / "history_v1.json").read_bytes())
+    assert doc["schema_version"] == 1
+    assert len(doc["assets"]) == 3  # the png is used twice and stored once
+
+
+def test_round_trip_equal(png_bytes: bytes) -> None:
+    att = Attachment.from_bytes(png_bytes)
+    h = History([
+        Message.system("s"),
+        Message.user("pic", att),
+        Message.assistant("", [ToolCall(id="c", name="f", arguments={"a": [1, 2]})]),
+        Message(role="tool", parts=[ToolResult(call_id="c", content=[ImagePart(attachment=att)])]),
+        Message(role="mcp_response", parts=[Reasoning(data="opaque")], name="srv"),
+    ])
+    h.by_tokens(1000)  # cache counts: they must survive
+    back = History.from_json(h.to_json())
+    assert back == h
+    assert [m.token_counts for m in back] == [m.token_counts for m in h]
+    assert History.from_dict(h.to_dict()) == h
+    assert h.to_json().count(att.sha256.encode()) >= 2  # referenced twice, stored once
+    assert json.loads(h.to_json())["schema_version"] == SCHEMA_VERSION
+
+
+def test_future_version_is_refused_clearly() -> None:
+    data = json.dumps({"schema_version": 99, "messages": []})
+    with pytest.raises(InvalidMessage, match="upgrade chathistory") as info:
+        History.from_json(data)
+    assert info.value.path == "$.schema_version"
+
+
+def test_bad_document_paths() -> None:
+    doc = {"schema_version": 1, "messages": [
+        {"role": "user", "parts": [{"type": "text", "text": "ok"}]},
+        {"role": "tool", "parts": [{"type": "tool_result", "call_id": 7}]},
+    ]}
+    with pytest.raises(InvalidMessage) as info:
+        History.from_json(json.dumps(doc))
+    assert info.value.path == "$.messages[1].parts[0].call_id"
+    doc["messages"][1] = {"role": "user", "parts": []}
+    with pytest.raises(InvalidMessage) as info:
+        History.from_json(json.dumps(doc))
+    assert info.value.path == "$.messages[1].parts"
+    with pytest.raises(InvalidMessage, match="invalid JSON"):
+        History.from_json(b"{\"schema_version\": 1, \"messages\": [")

@@ -1,0 +1,164 @@
+"""Token counters: exact offline encodings, caching, formulas, plug-ins."""
+
+from __future__ import annotations
+
+import pytest
+
+from chathistory import Attachment, History, ImagePart, Message, get_counter
+from chathistory.tokens import (
+    ApproxCounter,
+    CallableCounter,
+    EncodingCounter,
+    TokenCounter,
+    anthropic_image_tokens,
+    cached_count,
+    openai_image_tokens,
+)
+
+# Reference counts from tiktoken 0.x for these strings (o200k_base / cl100k_base).
+KNOWN = [
+    ("hello world", 2, 2),
+    ("", 0, 0),
+    ("The quick brown fox jumps over the lazy dog.", 10, 10),
+]
+
+
+@pytest.mark.parametrize(("text", "o200k", "cl100k"), KNOWN)
+def test_known_counts(text: str, o200k: int, cl100k: int) -> None:
+    assert get_counter("o200k_base").count_text(text) == o200k
+    assert get_counter("cl100k_base").count_text(text) == cl100k
+
+
+def test_special_token_text_counts_as_ordinary_text() -> None:
+    counter = get_counter("o200k_base")
+    # '<|endoftext|>' in user text is not the special token: several ordinary tokens
+    assert counter.count_text("<|endoftext|>") > 1
+
+
+def test_bpe_openai_matches_tiktoken_built_from_the_same_tables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """tiktoken cannot download here; build it from bpe-openai's table files and
+    compare counts on varied text: the two must agree exactly."""
+    tiktoken = pytest.importorskip("tiktoken")
+    import gzip
+    from importlib import resources
+
+    public = pytest.importorskip("tiktoken_ext.openai_public")
+    texts = [
+        "Hello, world! 123 4567 89012",
+        "Ünïcödé  naïve café — 日本語のテキスト, 中文, 한국어 🎉🎉",
+        "def f(x):\n    return x ** 2  # comment\n\n\n\tindented",
+        "   leading spaces and trailing   ",
+        "<|endoftext|> in the middle <|fim_prefix|>",
+        "'s 're 've 'll 'd I'M YOU'RE",
+        "a" * 1000 + " " + "ab" * 300,
+    ]
+    for name in ("o200k_base", "cl100k_base"):
+        raw = gzip.decompress(
+            resources.files("bpe_openai.data").joinpath(f"{name}.tiktoken.gz").read_bytes()
+        )
+        import base64
+
+        ranks = {
+            base64.b64decode(tok): int(rank)
+            for tok, rank in (line.split() for line in raw.splitlines() if line)
+        }
+        # tiktoken's own constructor (pattern, special tokens) with the table from disk
+        monkeypatch.setattr(public, "load_tiktoken_bpe", lambda *a, _r=ranks, **k: _r)
+        spec = getattr(public, name)()
+        enc = tiktoken.Encoding(name=spec["name"], pat_str=spec["pat_str"],
+                                mergeable_ranks=ranks, special_tokens=spec["special_tokens"])
+        ours = EncodingCounter(name)
+        for text in texts:
+            assert ours.count_text(text) == len(enc.encode_ordinary(text)), (name, text)
+
+
+def test_message_overhead_follows_openai_cookbook() -> None:
+    c = get_counter("o200k_base")
+    m = Message.user("hello world")
+    assert c.count_message(m) == 3 + c.count_text("user") + 2
+    named = Message.user("hello world", name="alice")
+    assert c.count_message(named) == c.count_message(m) + 1 + c.count_text("alice")
+    assert c.priming_tokens == 3
+
+
+def test_counts_are_cached_once_per_counter() -> None:
+    calls: list[str] = []
+
+    def count(text: str) -> int:
+        calls.append(text)
+        return len(text.split())
+
+    counter = CallableCounter(count, name="words")
+    m = Message.user("one two three")
+    first = cached_count(m, counter)
+    n_calls = len(calls)
+    assert cached_count(m, counter) == first
+    assert len(calls) == n_calls  # not re-counted
+    assert m.token_counts == {"words": first}
+    restored = Message.from_json(m.to_json())
+    assert cached_count(restored, counter) == first
+    assert len(calls) == n_calls  # restored messages are not re-tokenized
+
+
+def test_by_tokens_never_retokenizes() -> None:
+    calls = 0
+
+    def count(text: str) -> int:
+        nonlocal calls
+        calls += 1
+        return len(text)
+
+    h = History([Message.user(f"message {i}") for i in range(50)],
+                counter=CallableCounter(count, name="chars"))
+    h.by_tokens(100)
+    after_first = calls
+    h.by_tokens(100)
+    h.by_tokens(50)
+    assert calls == after_first
+    h.add_user("one more")
+    h.by_tokens(100)
+    assert calls == after_first + 2  # the new message's role and text, once
+
+
+def test_openai_image_formula() -> None:
+    assert openai_image_tokens(4096, 4096, "low") == 85
+    # OpenAI's documented examples: 1024x1024 -> 765, 2048x4096 -> 1105
+    assert openai_image_tokens(1024, 1024) == 765
+    assert openai_image_tokens(2048, 4096) == 1105
+    assert openai_image_tokens(None, None) == 765
+
+
+def test_anthropic_image_formula() -> None:
+    assert anthropic_image_tokens(1000, 1000) == 1334  # documented: ~1334 for 1000x1000
+    assert anthropic_image_tokens(3000, 3000) == anthropic_image_tokens(1568, 1568)
+
+
+def test_image_tokens_from_attachment_dimensions(png_bytes: bytes) -> None:
+    c = get_counter("o200k_base")
+    m = Message.user("", Attachment.from_bytes(png_bytes))
+    assert c.count_message(m) == 3 + c.count_text("user") + openai_image_tokens(4, 3)
+    low = Message.user("", ImagePart(url="https://x/y.png", detail="low"))
+    assert c.count_message(low) == 3 + c.count_text("user") + 85
+
+
+def test_tool_calls_are_counted() -> None:
+    c = get_counter("o200k_base")
+    small = Message.assistant("", [{"id": "c", "name": "f", "arguments": {}}])
+    big = Message.assistant("", [{"id": "c", "name": "f", "arguments": {"q": "word " * 50}}])
+    assert c.count_message(big) > c.count_message(small) + 40
+
+
+def test_get_counter_specs() -> None:
+    assert get_counter().name == "o200k_base"
+    assert get_counter("gpt-4o-mini") is get_counter("o200k_base")
+    assert get_counter("gpt-4") is get_counter("cl100k_base")
+    assert isinstance(get_counter("approx"), ApproxCounter)
+    custom = ApproxCounter(3)
+    assert get_counter(custom) is custom
+    assert isinstance(get_counter(len), TokenCounter)
+    with pytest.raises(ValueError, match="unknown tokenizer"):
+        get_counter("no-such-model")
+    with pytest.raises(ValueError, match="name"):
+        CallableCounter(len, name="")
