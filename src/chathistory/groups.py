@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from .model import Message, Reasoning, ToolCall, ToolResult
+from .model import Message, Reasoning, TextPart, ToolCall, ToolResult
 
 __all__ = ["Groups", "group_spans", "is_reasoning_only"]
 
@@ -65,6 +65,9 @@ class Groups:
         cut.append(0 if self._prev_reasoning_only else 1)
         self._n = i + 1
         parts = message.parts
+        if len(parts) == 1 and type(parts[0]) is TextPart:  # the common case, fast
+            self._prev_reasoning_only = False
+            return
         if not any(type(p) is ToolCall or type(p) is ToolResult for p in parts):
             self._prev_reasoning_only = is_reasoning_only(message)
             return

@@ -203,12 +203,20 @@ class EncodingCounter(ChatCounter):
         self.encoding = encoding
         self.name = encoding if image_formula == "openai" else f"{encoding}+{image_formula}"
         self.image_formula = image_formula
-        tik = _tiktoken_count(encoding)
+        self.backend = ""
+        self._count: Callable[[str], int] | None = None  # loaded on first use (~0.4 s)
+
+    def _load(self) -> Callable[[str], int]:
+        tik = _tiktoken_count(self.encoding)
         self.backend = "tiktoken" if tik else "bpe-openai"
-        self._count = tik or _bpe_openai_count(encoding)
+        self._count = count = tik or _bpe_openai_count(self.encoding)
+        return count
 
     def count_text(self, text: str) -> int:
-        return self._count(text) if text else 0
+        if not text:
+            return 0
+        count = self._count or self._load()
+        return count(text)
 
 
 class ApproxCounter(ChatCounter):
