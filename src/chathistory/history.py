@@ -14,15 +14,17 @@ re-tokenizes and its cost does not grow with the length of the history.
 from __future__ import annotations
 
 import json
+from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
 from .errors import InvalidMessage
 from .groups import Groups
-from .model import FilePart, Message, ToolCall, ToolResult
+from .model import FilePart, KVStatus, Message, ToolCall, ToolResult
 from .model.codec import decode_document, encode_document
 from .model.parts import MediaPart, TextPart
+from .reduce.base import AsyncReducer, Reducer, as_reducer
 from .tokens import TokenCounter, cached_count, get_counter
 
 __all__ = ["History"]
@@ -38,8 +40,8 @@ class History(Sequence[Message]):
     ``"o200k_base"`` (the default), a ``TokenCounter`` or a callable.
     """
 
-    __slots__ = ("_counter", "_counters", "_groups", "_ids", "_kept", "_messages", "_prefix",
-                 "metadata")
+    __slots__ = ("_counter", "_groups", "_ids", "_kept", "_messages", "_totals",
+                 "auto_reduce", "metadata", "reducer")
 
     def __init__(
         self,
@@ -47,14 +49,17 @@ class History(Sequence[Message]):
         *,
         counter: str | TokenCounter | None = None,
         metadata: dict[str, Any] | None = None,
+        reducer: Reducer | Iterable[Reducer] | None = None,
+        auto_reduce: bool = False,
     ) -> None:
         self._counter = get_counter(counter)
+        self.reducer: Reducer | None = None if reducer is None else as_reducer(reducer)
+        self.auto_reduce = auto_reduce
         self._messages: list[Message] = []
         self._ids: dict[str, int] = {}
         self._groups = Groups()
         self._kept: list[int] = []  # indices of system and developer messages
-        self._prefix: dict[str, list[int]] = {}  # counter name -> running totals
-        self._counters: dict[str, TokenCounter] = {}
+        self._totals: dict[str, _Totals] = {}  # counter name -> running totals
         self.metadata: dict[str, Any] = metadata or {}
         self.extend(messages)
 
@@ -121,6 +126,8 @@ class History(Sequence[Message]):
             return False
         message.validate()
         self._append(message)
+        if self.auto_reduce:
+            self.reduce()
         return True
 
     def _append(self, message: Message) -> None:
@@ -130,8 +137,10 @@ class History(Sequence[Message]):
         self._groups.append(message)
         if message.role in _KEPT_ROLES:
             self._kept.append(i)
-        for name, prefix in self._prefix.items():
-            prefix.append(prefix[-1] + cached_count(message, self._counters[name]))
+        if self._totals:
+            kept = message.role in _KEPT_ROLES
+            for totals in self._totals.values():
+                totals.append(message, kept)
 
     def extend(self, messages: Iterable[Message]) -> int:
         """Append every message whose id is new; returns how many were appended.
@@ -155,6 +164,8 @@ class History(Sequence[Message]):
             fresh.append(message)
         for message in fresh:
             self._append(message)
+        if fresh and self.auto_reduce:
+            self.reduce()
         return len(fresh)
 
     def add_user(self, text: str = "", *attachments: Any, name: str | None = None) -> Message:
@@ -182,7 +193,46 @@ class History(Sequence[Message]):
 
     def _add_new(self, message: Message) -> Message:
         self._append(message)  # factories validated it, and its id is fresh
+        if self.auto_reduce:
+            self.reduce()
         return message
+
+    # ------------------------------------------------------------------ reducing
+
+    def reduce(self, reducer: Reducer | Iterable[Reducer] | None = None) -> bool:
+        """Apply ``reducer`` (default: the history's); True when the history changed.
+
+        Messages that leave are set to ``KVStatus.MARKED``. A reducer that raises
+        (a failed summarizer) leaves the history unchanged.
+        """
+        chosen = self.reducer if reducer is None else as_reducer(reducer)
+        if chosen is None:
+            raise ValueError("no reducer: pass one, or create the History with reducer=...")
+        return self._apply(chosen.reduce(self._messages))
+
+    async def areduce(self, reducer: Reducer | Iterable[Reducer] | None = None) -> bool:
+        """``reduce`` for async reducers (summarizers that call a model)."""
+        chosen = self.reducer if reducer is None else as_reducer(reducer)
+        if chosen is None:
+            raise ValueError("no reducer: pass one, or create the History with reducer=...")
+        if isinstance(chosen, AsyncReducer):
+            return self._apply(await chosen.areduce(self._messages))
+        return self._apply(chosen.reduce(self._messages))
+
+    def _apply(self, reduced: list[Message] | None) -> bool:
+        if reduced is None:
+            return False
+        old = self._messages
+        auto, self.auto_reduce = self.auto_reduce, False
+        try:
+            self.replace(reduced)
+        finally:
+            self.auto_reduce = auto
+        kept = {m.id for m in reduced}
+        for message in old:
+            if message.id not in kept:
+                message.kv_status = KVStatus.MARKED
+        return True
 
     # ------------------------------------------------------------------ removing
 
@@ -202,12 +252,13 @@ class History(Sequence[Message]):
 
     def replace(self, messages: Iterable[Message]) -> None:
         """Replace the whole content (what reducers do); validates like ``extend``."""
+        batch = list(messages)  # before clearing: ``messages`` may be this history
         old = self._messages
         self._messages, self._ids = [], {}
         self._groups, self._kept = Groups(), []
-        self._prefix = {name: [0] for name in self._prefix}
+        self._totals = {name: _Totals(t.counter) for name, t in self._totals.items()}
         try:
-            self.extend(messages)
+            self.extend(batch)
         except InvalidMessage:
             self.replace(old)
             raise
@@ -217,10 +268,11 @@ class History(Sequence[Message]):
         self._ids = {m.id: i for i, m in enumerate(messages)}
         self._groups = Groups.of(messages)
         self._kept = [i for i, m in enumerate(messages) if m.role in _KEPT_ROLES]
-        for name, prefix in self._prefix.items():
-            del prefix[len(messages) + 1:]
-            if not keep_prefix:
-                self._prefix[name] = self._running_totals(self._counters[name])
+        for name, totals in self._totals.items():
+            if keep_prefix:
+                totals.truncate(len(messages))
+            else:
+                self._totals[name] = _Totals(totals.counter, messages)
 
     # ------------------------------------------------------------------ selectors
 
@@ -285,28 +337,30 @@ class History(Sequence[Message]):
         if max_tokens < 0:
             raise ValueError(f"by_tokens(max_tokens={max_tokens}): must be >= 0")
         c = self._counter if counter is None else get_counter(counter)
-        prefix = self._totals(c)
+        totals = self._totals_for(c)
         n = len(self._messages)
         budget = max_tokens - c.priming_tokens
         kept: list[int] = []
+        prefix = totals.all
         if keep_system and self._kept:
             kept = self._kept
-            budget -= sum(prefix[i + 1] - prefix[i] for i in kept)
+            budget -= (prefix[n] - totals.rest[n])  # the kept messages, paid up front
+            prefix = totals.rest  # the tail then costs only its other messages
         if budget < 0:
             return []
+        if self._groups.has_orphans:  # skipping orphan groups frees budget: walk
+            return self._by_tokens_walk(totals.all, budget, kept)
         # fast path: the smallest start whose tail fits, then forward to a group boundary
         start = bisect_left(prefix, prefix[n] - budget, 0, n + 1)
         start, _ = self._groups.narrow(start, n)
-        groups = self._groups
-        if groups.orphans_in(start, n) or (kept and kept[-1] >= start):
-            return self._by_tokens_walk(prefix, budget, kept)
         tail = self._messages[start:n]
-        if kept:
+        if kept and kept[0] < start:
             messages = self._messages
-            return [messages[i] for i in kept] + tail
+            return [messages[i] for i in kept if i < start] + tail
         return tail
 
-    def _by_tokens_walk(self, prefix: list[int], budget: int, kept: list[int]) -> list[Message]:
+    def _by_tokens_walk(self, prefix: Sequence[int], budget: int, kept: list[int]
+                        ) -> list[Message]:
         """The general case: walk back group by group, skipping orphan groups and
         messages already counted as kept."""
         groups, messages = self._groups, self._messages
@@ -328,25 +382,16 @@ class History(Sequence[Message]):
         head = [i for i in kept if i not in chosen_set]
         return [messages[i] for i in head] + [messages[i] for i in reversed(chosen)]
 
-    def _totals(self, counter: TokenCounter) -> list[int]:
-        prefix = self._prefix.get(counter.name)
-        if prefix is None:
-            self._counters[counter.name] = counter
-            prefix = self._prefix[counter.name] = self._running_totals(counter)
-        return prefix
-
-    def _running_totals(self, counter: TokenCounter) -> list[int]:
-        totals = [0]
-        total = 0
-        for message in self._messages:
-            total += cached_count(message, counter)
-            totals.append(total)
+    def _totals_for(self, counter: TokenCounter) -> _Totals:
+        totals = self._totals.get(counter.name)
+        if totals is None:
+            totals = self._totals[counter.name] = _Totals(counter, self._messages)
         return totals
 
     def token_count(self, counter: str | TokenCounter | None = None) -> int:
         """Tokens of the whole history (without the reply priming)."""
         c = self._counter if counter is None else get_counter(counter)
-        return self._totals(c)[-1]
+        return self._totals_for(c).all[-1]
 
     def recent_text(self, n: int) -> str:
         """The newest ``n`` messages as readable text: ``User: ...`` lines, one
@@ -393,6 +438,29 @@ class History(Sequence[Message]):
         for message in messages:
             if message.id not in self._ids:
                 self._append(message)
+
+
+class _Totals:
+    """Running token totals of one counter: ``all[i]`` is the tokens of the first ``i``
+    messages, ``rest[i]`` the same without system and developer messages."""
+
+    __slots__ = ("all", "counter", "rest")
+
+    def __init__(self, counter: TokenCounter, messages: Iterable[Message] = ()) -> None:
+        self.counter = counter
+        self.all = array("q", [0])
+        self.rest = array("q", [0])
+        for message in messages:
+            self.append(message, message.role in _KEPT_ROLES)
+
+    def append(self, message: Message, kept: bool) -> None:
+        n = cached_count(message, self.counter)
+        self.all.append(self.all[-1] + n)
+        self.rest.append(self.rest[-1] + (0 if kept else n))
+
+    def truncate(self, length: int) -> None:
+        del self.all[length + 1:]
+        del self.rest[length + 1:]
 
 
 def _title(role: str) -> str:

@@ -1,0 +1,216 @@
+"""The context window: which messages sit in the model's KV cache, and where.
+
+``ContextWindow.plan(history)`` lays out the prompt for this turn: every
+message in it gets ``kv_start`` (its first token position) and ``kv_size``;
+messages that leave go to ``KVStatus.MARKED`` and, once the caller confirms
+the engine freed them (``commit()``), to ``UNLOADED``.
+
+Eviction is chunked with hysteresis: nothing leaves until the prompt would
+pass ``max_tokens``; then whole groups leave, oldest first, until it is at
+most ``low_water_tokens``. Between two evictions every turn only appends, so
+the prompt's prefix (and the provider's prompt cache, or a local engine's KV
+cache) stays valid for many turns, instead of breaking on every turn as a
+sliding window does. System and developer messages stay at the head, and so
+does a *pinned head* of the conversation's first groups (``pin_tokens``,
+default a quarter of the window): eviction removes the oldest messages after
+it, so even an eviction turn reuses the cached system prompt and opening
+(where users usually state the task), the way StreamingLLM keeps its attention
+sinks. ``pin_tokens=0`` gives plain chunked eviction.
+
+The plan is a value (``msgspec`` struct) and the window's layout serializes
+(``to_dict`` / ``from_dict``): with the token counts cached in the messages,
+a resumed session restores its layout without re-tokenizing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from .errors import ChatHistoryError
+from .groups import Groups
+from .model import KVStatus, Message
+from .reduce.base import KEPT_ROLES
+from .tokens import TokenCounter, cached_count, get_counter
+
+__all__ = ["DEFAULT_LOW_WATER_RATIO", "ContextOverflow", "ContextWindow", "WindowPlan"]
+
+DEFAULT_LOW_WATER_RATIO = 0.625
+"""Default ``low_water_tokens`` as a share of ``max_tokens``."""
+DEFAULT_PIN_RATIO = 0.25
+"""Default ``pin_tokens`` as a share of ``max_tokens``.
+
+Measured on 2,000 ShareGPT turns in an 8,000-token window (``python -m bench window``):
+evicting 8,000 -> 6,000 with no pinned head reuses about 80% of each prompt; 8,000 ->
+5,000 with a 2,000-token pinned head reuses about 88% with the prompt near 78% full."""
+
+
+class ContextOverflow(ChatHistoryError):
+    """The kept messages (system, developer, the newest group) alone exceed the window."""
+
+
+class WindowPlan(msgspec.Struct, kw_only=True):
+    """One turn's layout of the prompt."""
+
+    messages: list[Message]
+    """The prompt, oldest first; each has ``kv_start`` and ``kv_size`` set."""
+    reused_prefix_tokens: int
+    """Tokens at the head of the prompt identical to the previous turn's prompt."""
+    new_tokens: int
+    """Tokens to prefill this turn (the prompt after the reused prefix)."""
+    evicted_ids: list[str]
+    """Messages that left the window this turn (now ``MARKED``)."""
+    total_tokens: int
+    """Prompt tokens, the reply priming included."""
+    cache_breakpoint_id: str | None = None
+    """Where to put a provider cache breakpoint (Anthropic ``cache_control``): the
+    last message, since with hysteresis the whole prompt is the next turn's prefix."""
+
+    @property
+    def message_ids(self) -> list[str]:
+        return [m.id for m in self.messages]
+
+
+class ContextWindow:
+    """Lays out prompts within ``max_tokens``, evicting in chunks down to
+    ``low_water_tokens`` (default 62.5% of ``max_tokens``) while keeping system
+    messages and a pinned head of ``pin_tokens`` (default 25%)."""
+
+    def __init__(
+        self,
+        max_tokens: int,
+        counter: str | TokenCounter | None = None,
+        low_water_tokens: int | None = None,
+        *,
+        keep_system: bool = True,
+        pin_tokens: int | None = None,
+    ) -> None:
+        low = int(max_tokens * DEFAULT_LOW_WATER_RATIO) if low_water_tokens is None else (
+            low_water_tokens)
+        if max_tokens <= 0 or not 0 <= low <= max_tokens:
+            raise ValueError("need max_tokens > 0 and 0 <= low_water_tokens <= max_tokens")
+        self.max_tokens = max_tokens
+        self.low_water_tokens = low
+        self.pin_tokens = int(max_tokens * DEFAULT_PIN_RATIO) if pin_tokens is None else pin_tokens
+        self.counter = get_counter(counter)
+        self.keep_roles = KEPT_ROLES if keep_system else frozenset()
+        self._layout: list[tuple[str, int]] = []  # (message id, kv_start) of the last prompt
+        self._evicted: set[str] = set()
+        self._pending: dict[str, Message] = {}  # marked, not yet confirmed freed
+
+    # ------------------------------------------------------------------ planning
+
+    def plan(self, history: Sequence[Message]) -> WindowPlan:
+        """Lay out this turn's prompt from ``history`` (a ``History`` or a list)."""
+        counter = self.counter
+        evicted = self._evicted
+        live = [m for m in history
+                if m.id not in evicted and m.kv_status == KVStatus.LOADED]
+        sizes = {m.id: cached_count(m, counter) for m in live}
+        total = counter.priming_tokens + sum(sizes.values())
+        rest = [m for m in live if m.role not in self.keep_roles]
+        groups = Groups.of(rest)
+        head = 0  # the pinned head: the first groups within pin_tokens never leave
+        pinned = 0
+        for s, e, _ in groups.spans():
+            cost = sum(sizes[m.id] for m in rest[s:e])
+            if pinned + cost > self.pin_tokens:
+                break
+            pinned += cost
+            head = e
+        start = head
+        if total > self.max_tokens:
+            need = total - self.low_water_tokens
+            freed = 0
+            for s, e, _ in groups.spans(head):
+                if freed >= need or e == len(rest):
+                    break  # the newest group always stays
+                freed += sum(sizes[m.id] for m in rest[s:e])
+                start = e
+        keep = {id(rest[i]) for i in groups.sendable(0, head)}
+        keep.update(id(rest[i]) for i in groups.sendable(start, len(rest)))
+        prompt = [m for m in live if m.role in self.keep_roles or id(m) in keep]
+        total = counter.priming_tokens + sum(sizes[m.id] for m in prompt)
+        if total > self.max_tokens:
+            raise ContextOverflow(
+                f"{total} tokens remain after evicting everything that may leave; "
+                f"the window holds {self.max_tokens}"
+            )
+        prompt_ids = {m.id for m in prompt}
+        left = [m for m in live if m.id not in prompt_ids]
+        for m in left:
+            m.kv_status = KVStatus.MARKED
+            m.kv_start = -1
+            evicted.add(m.id)
+            self._pending[m.id] = m
+        reused = self._place(prompt, sizes)
+        used = total - counter.priming_tokens
+        return WindowPlan(
+            messages=prompt,
+            reused_prefix_tokens=reused,
+            new_tokens=used - reused,
+            evicted_ids=[m.id for m in left],
+            total_tokens=total,
+            cache_breakpoint_id=prompt[-1].id if prompt else None,
+        )
+
+    def _place(self, prompt: list[Message], sizes: dict[str, int]) -> int:
+        previous = self._layout
+        position = reused = 0
+        intact = True
+        layout: list[tuple[str, int]] = []
+        for i, m in enumerate(prompt):
+            size = sizes[m.id]
+            if intact and i < len(previous) and previous[i] == (m.id, position):
+                reused += size
+            else:
+                intact = False
+            m.kv_start, m.kv_size, m.kv_status = position, size, KVStatus.LOADED
+            layout.append((m.id, position))
+            position += size
+        self._layout = layout
+        return reused
+
+    def commit(self) -> list[str]:
+        """Confirm the engine freed the marked messages: they become ``UNLOADED``.
+        Returns their ids."""
+        ids = list(self._pending)
+        for m in self._pending.values():
+            m.kv_status = KVStatus.UNLOADED
+        self._pending.clear()
+        return ids
+
+    @property
+    def pending_ids(self) -> list[str]:
+        """Messages marked for cleanup that ``commit()`` has not confirmed yet."""
+        return list(self._pending)
+
+    # ------------------------------------------------------------------ persistence
+
+    def to_dict(self) -> dict[str, Any]:
+        """The layout and settings as JSON-ready builtins."""
+        return {
+            "max_tokens": self.max_tokens,
+            "low_water_tokens": self.low_water_tokens,
+            "pin_tokens": self.pin_tokens,
+            "counter": self.counter.name,
+            "keep_system": bool(self.keep_roles),
+            "layout": [[i, s] for i, s in self._layout],
+            "evicted": sorted(self._evicted),
+            "pending": list(self._pending),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], history: Sequence[Message] = (),
+                  counter: str | TokenCounter | None = None) -> ContextWindow:
+        """Restore a window; ``history`` reconnects pending messages for ``commit``."""
+        window = cls(data["max_tokens"], counter or data["counter"], data["low_water_tokens"],
+                     keep_system=data.get("keep_system", True),
+                     pin_tokens=data.get("pin_tokens"))
+        window._layout = [(str(i), int(s)) for i, s in data.get("layout", [])]
+        window._evicted = set(data.get("evicted", []))
+        by_id = {m.id: m for m in history}
+        window._pending = {i: by_id[i] for i in data.get("pending", []) if i in by_id}
+        return window
