@@ -330,9 +330,10 @@ class History(Sequence[Message]):
 
         Walks back from the newest message a whole group at a time; the first
         group that would exceed the budget is left out and the walk stops
-        (it narrows, never exceeds). With ``keep_system`` the system and
-        developer messages come first and count against the budget (none fit:
-        an empty list). Counts are cached, so this never re-tokenizes.
+        (it narrows, never exceeds). With ``keep_system`` every system and
+        developer message is included and paid for first (if they alone do not
+        fit: an empty list); the result stays in history order, so those older
+        than the tail come first. Counts are cached, so this never re-tokenizes.
         """
         if max_tokens < 0:
             raise ValueError(f"by_tokens(max_tokens={max_tokens}): must be >= 0")
@@ -378,9 +379,7 @@ class History(Sequence[Message]):
                 used += cost
                 chosen.extend(range(end - 1, start - 1, -1))
             end = start
-        chosen_set = set(chosen)
-        head = [i for i in kept if i not in chosen_set]
-        return [messages[i] for i in head] + [messages[i] for i in reversed(chosen)]
+        return [messages[i] for i in sorted(kept_set.union(chosen))]
 
     def _totals_for(self, counter: TokenCounter) -> _Totals:
         totals = self._totals.get(counter.name)
