@@ -108,10 +108,10 @@ class ChathistorySelector(Selector):
     caches_counts = True
 
     def build(self, history: Sequence[Pair]) -> None:
-        from chathistory import History
-
-        _chathistory()
-        self.history = History([chathistory_message(r, t) for r, t in history], counter=ENCODING)
+        history_class = _chathistory().History
+        self.history = history_class(
+            [chathistory_message(r, t) for r, t in history], counter=ENCODING
+        )
 
     def append(self, role: str, text: str) -> None:
         self.history.add(chathistory_message(role, text))
@@ -349,10 +349,8 @@ class ChathistoryRoundTrip(RoundTrip):
     distribution = "chathistory"
 
     def build(self, history: Sequence[Pair]) -> Any:
-        from chathistory import History
-
-        _chathistory()
-        return History([chathistory_message(r, t) for r, t in history], counter=ENCODING)
+        history_class = _chathistory().History
+        return history_class([chathistory_message(r, t) for r, t in history], counter=ENCODING)
 
     def dump(self, obj: Any) -> bytes | str:
         return obj.to_json()  # type: ignore[no-any-return]
