@@ -20,7 +20,7 @@ any sequence, which is what reducers use.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from .model import Message, Reasoning, TextPart, ToolCall, ToolResult
 
@@ -40,14 +40,21 @@ class Groups:
     ``k`` keeps every group whole (``k = 0`` and ``k = len`` always do).
     """
 
-    __slots__ = ("_call_at", "_cut", "_n", "_orphans", "_prev_reasoning_only")
+    __slots__ = ("_call_at", "_cut", "_earlier_calls", "_n", "_orphans", "_prev_reasoning_only",
+                 "clear_from")
 
-    def __init__(self) -> None:
+    def __init__(self, *, earlier_calls: Mapping[str, int] | None = None,
+                 prev_reasoning_only: bool = False) -> None:
         self._cut = bytearray()  # _cut[k] == 1: a boundary before message k is allowed
         self._call_at: dict[str, int] = {}
         self._orphans: set[int] = set()
         self._n = 0
-        self._prev_reasoning_only = False
+        self._prev_reasoning_only = prev_reasoning_only
+        # Continuing a stored sequence: calls stored before message 0, by position.
+        self._earlier_calls = earlier_calls or {}
+        self.clear_from: int | None = None
+        """Smallest earlier position whose boundary a result here joined (stores
+        clear the boundaries from there up to message 0)."""
 
     @classmethod
     def of(cls, messages: Iterable[Message]) -> Groups:
@@ -78,14 +85,36 @@ class Groups:
             elif type(part) is ToolResult:
                 j = call_at.get(part.call_id)
                 if j is None:
-                    self._orphans.add(i)
-                    continue
+                    earlier = self._earlier_calls.get(part.call_id)
+                    if earlier is None:
+                        self._orphans.add(i)
+                        continue
+                    j = -1
+                    if self.clear_from is None or earlier + 1 < self.clear_from:
+                        self.clear_from = earlier + 1
                 for k in range(i, j, -1):
                     cut[k] = 0
         self._prev_reasoning_only = False
 
     def boundary_ok(self, k: int) -> bool:
         return k <= 0 or k >= self._n or self._cut[k] == 1
+
+    def starts_group(self, k: int) -> bool:
+        """Whether message ``k`` starts a group (unlike ``boundary_ok``, message 0
+        does not when it continues a group stored before it)."""
+        return self._cut[k] == 1
+
+    def is_orphan(self, k: int) -> bool:
+        return k in self._orphans
+
+    def calls(self) -> dict[str, int]:
+        """Call id -> index of the message making the call."""
+        return dict(self._call_at)
+
+    @property
+    def ends_reasoning_only(self) -> bool:
+        """Whether the last message is reasoning only (it joins the next one)."""
+        return self._prev_reasoning_only
 
     def start_of(self, i: int) -> int:
         """Index of the first message of the group that holds message ``i``."""

@@ -1,0 +1,1002 @@
+"""The store protocol and the engine every backend shares.
+
+``Store`` is the public protocol. ``BaseStore`` implements it once on top of a
+few backend primitives (the ``_b_*`` methods), so that the rules (idempotent
+appends, optimistic concurrency, pair-safe reads, forks that share their
+prefix, retention) live here and each backend only moves rows. Backends are
+written on their natural (sync) side; ``chathistory.stores.aio`` adapts any
+of them to ``AsyncStore``.
+
+Every method takes ``tenant``; sessions are keyed by ``(tenant, session_id)``,
+so one tenant can never name another's session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+import msgspec
+
+from ..errors import Conflict, InvalidMessage, NotFound
+from ..groups import Groups
+from ..model import KVStatus, Message, ToolCall, ToolResult, new_id
+from ..model.codec import _strip_part, encode
+from ..tokens import TokenCounter, cached_count, get_counter
+from .model import DEFAULT_TENANT, Page, Row, Session, utcnow
+
+__all__ = ["AppendTxn", "BaseStore", "Store"]
+
+_KEPT = frozenset({"system", "developer"})
+_message_decoder = msgspec.json.Decoder(Message)
+T = TypeVar("T")
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What every store offers (sync). ``AsyncStore`` has the same methods, async."""
+
+    counter: TokenCounter
+
+    def create_session(self, session_id: str | None = None, *, tenant: str = ...,
+                       user: str | None = None, metadata: dict[str, Any] | None = None,
+                       state: dict[str, Any] | None = None,
+                       ttl: timedelta | float | None = None) -> Session: ...
+    def get_session(self, session_id: str, *, tenant: str = ...) -> Session: ...
+    def list_sessions(self, *, tenant: str = ..., user: str | None = None,
+                      metadata: Mapping[str, Any] | None = None, limit: int = 50,
+                      cursor: str | None = None) -> Page[Session]: ...
+    def update_session(self, session_id: str, *, tenant: str = ...,
+                       metadata: dict[str, Any] | None = None,
+                       state: dict[str, Any] | None = None,
+                       ttl: timedelta | float | None = None,
+                       expected_version: int | None = None) -> Session: ...
+    def delete_session(self, session_id: str, *, tenant: str = ...,
+                       cascade: bool = False) -> None: ...
+    def append(self, session_id: str, messages: Iterable[Message], *, tenant: str = ...,
+               expected_version: int | None = None) -> int: ...
+    def tail(self, session_id: str, n: int, *, tenant: str = ...,
+             include_marked: bool = False) -> list[Message]: ...
+    def window(self, session_id: str, max_tokens: int,
+               counter: str | TokenCounter | None = None, *, tenant: str = ...,
+               keep_system: bool = False) -> list[Message]: ...
+    def range(self, session_id: str, start: int = 0, stop: int | None = None, *,
+              tenant: str = ..., include_marked: bool = True) -> list[Message]: ...
+    def get(self, session_id: str, message_id: str, *, tenant: str = ...) -> Message: ...
+    def pop(self, session_id: str, *, tenant: str = ...,
+            expected_version: int | None = None) -> Message | None: ...
+    def clear(self, session_id: str, *, tenant: str = ...) -> int: ...
+    def mark(self, session_id: str, message_ids: Iterable[str], status: KVStatus, *,
+             tenant: str = ...) -> int: ...
+    def fork(self, session_id: str, at_message_id: str | None = None, *, tenant: str = ...,
+             new_session_id: str | None = None) -> Session: ...
+    def edit(self, session_id: str, message_id: str, message: Message, *,
+             tenant: str = ...) -> Session: ...
+    def lineage(self, session_id: str, *, tenant: str = ...) -> list[Session]: ...
+    def erase(self, *, tenant: str, user: str | None = None) -> int: ...
+    def purge_expired(self) -> int: ...
+    def get_asset(self, sha256: str, *, tenant: str = ...) -> bytes: ...
+    def export(self, *, tenant: str = ...,
+               session_ids: Iterable[str] | None = None) -> Iterator[bytes]: ...
+    def import_(self, lines: Iterable[bytes | str], *, tenant: str | None = None) -> int: ...
+    def close(self) -> None: ...
+
+
+class AppendTxn(Protocol):
+    """What an append needs from a backend inside one transaction on one session.
+
+    The backend holds the session locked (or watched, for Redis) while the
+    engine's function runs; ``write`` is called at most once.
+    """
+
+    session: Session | None
+
+    def existing(self, ids: Sequence[str]) -> dict[str, int]:
+        """Of ``ids``, those stored in this session: id -> version of their append."""
+
+    def calls(self, call_ids: Sequence[str]) -> dict[str, int]:
+        """Of ``call_ids``, those made by this session's own messages: id -> position."""
+
+    def write(self, rows: list[Row], calls: dict[str, int], clear: tuple[int, int] | None,
+              session: Session, assets: dict[str, tuple[bytes, str]]) -> None:
+        """Store ``rows`` and ``calls``, clear the group-start flag of own rows at
+        positions in ``clear`` (``[lo, hi)``), save ``session``, keep ``assets``
+        (sha256 -> (bytes, media type)) and reference them from this session."""
+
+
+def _ttl_deadline(ttl: timedelta | float | None) -> datetime | None:
+    if ttl is None:
+        return None
+    seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
+    if seconds <= 0:
+        raise ValueError("ttl must be positive")
+    return utcnow() + timedelta(seconds=seconds)
+
+
+def _check_id(value: str, field: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > 200:
+        raise InvalidMessage(f"{field} must be a non-empty string of at most 200 characters",
+                             f"$.{field}")
+    return value
+
+
+class BaseStore:
+    """The engine; a backend subclasses it and implements the ``_b_*`` primitives."""
+
+    def __init__(self, counter: str | TokenCounter | None = None) -> None:
+        self.counter: TokenCounter = get_counter(counter)
+
+    # ================================================================ backend primitives
+
+    def _b_insert_session(self, session: Session) -> None:
+        """Insert; raise ``Conflict`` when ``(tenant, id)`` exists."""
+        raise NotImplementedError
+
+    def _b_get_session(self, tenant: str, session_id: str) -> Session | None:
+        raise NotImplementedError
+
+    def _b_save_session(self, session: Session, expected_version: int) -> bool:
+        """Replace the stored session if its version is still ``expected_version``."""
+        raise NotImplementedError
+
+    def _b_list_sessions(self, tenant: str, after: tuple[str, str] | None, limit: int,
+                         user: str | None) -> list[Session]:
+        """Sessions of ``tenant`` ordered by ``(created_at ISO string, id)``, after ``after``."""
+        raise NotImplementedError
+
+    def _b_children(self, tenant: str, session_id: str) -> list[Session]:
+        """Sessions forked directly from this one."""
+        raise NotImplementedError
+
+    def _b_tree(self, tenant: str, root_id: str) -> list[Session]:
+        """Every session whose ``root_id`` is ``root_id``."""
+        raise NotImplementedError
+
+    def _b_delete_session(self, tenant: str, session_id: str) -> None:
+        """Delete the session, its own rows, calls, status overrides and asset references."""
+        raise NotImplementedError
+
+    def _b_append(self, tenant: str, session_id: str, fn: Callable[[AppendTxn], T]) -> T:
+        """Run ``fn`` in a transaction on the session (retrying it on a write race)."""
+        raise NotImplementedError
+
+    def _b_rows(self, tenant: str, session_id: str, lo: int, hi: int) -> list[Row]:
+        """Own rows with ``lo <= seq < hi``, ascending."""
+        raise NotImplementedError
+
+    def _b_tail_rows(self, tenant: str, session_id: str, hi: int, n: int) -> list[Row]:
+        """The last ``n`` own rows with ``seq < hi``, ascending."""
+        raise NotImplementedError
+
+    def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:
+        """Smallest own seq whose ``cum_before >= cum``, or None."""
+        raise NotImplementedError
+
+    def _b_kept_rows(self, tenant: str, session_id: str, hi: int) -> list[Row]:
+        """Own rows with role system or developer and ``seq < hi``, ascending."""
+        raise NotImplementedError
+
+    def _b_row_by_id(self, tenant: str, session_id: str, message_id: str) -> Row | None:
+        raise NotImplementedError
+
+    def _b_find_calls(self, tenant: str, session_id: str, call_ids: Sequence[str],
+                      hi: int) -> dict[str, int]:
+        """Of ``call_ids``, calls made by own rows with ``seq < hi``: id -> seq."""
+        raise NotImplementedError
+
+    def _b_set_status(self, tenant: str, session_id: str, seqs: Sequence[int], status: int,
+                      overrides: Sequence[int]) -> None:
+        """Set the status of own rows at ``seqs``, and record overrides for the
+        inherited positions ``overrides`` (rows of an ancestor)."""
+        raise NotImplementedError
+
+    def _b_overrides(self, tenant: str, session_id: str) -> dict[int, int]:
+        """Status overrides this session recorded for inherited positions."""
+        raise NotImplementedError
+
+    def _b_truncate(self, tenant: str, session_id: str, seq: int, session: Session,
+                    expected_version: int) -> bool:
+        """Delete own rows (and their calls) with ``seq >= seq`` and save ``session``,
+        if the stored version is still ``expected_version``."""
+        raise NotImplementedError
+
+    def _b_get_asset(self, tenant: str, sha256: str) -> bytes | None:
+        raise NotImplementedError
+
+    def _b_gc_assets(self, tenant: str) -> int:
+        """Delete the tenant's assets no session references; return how many."""
+        raise NotImplementedError
+
+    def _b_expired(self, now: datetime) -> list[tuple[str, str]]:
+        """(tenant, id) of sessions whose ``expires_at`` is past."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release connections."""
+
+    def __enter__(self) -> BaseStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ================================================================ sessions
+
+    def create_session(self, session_id: str | None = None, *, tenant: str = DEFAULT_TENANT,
+                       user: str | None = None, metadata: dict[str, Any] | None = None,
+                       state: dict[str, Any] | None = None,
+                       ttl: timedelta | float | None = None) -> Session:
+        """A new empty session; ``Conflict`` when the id is taken in this tenant."""
+        sid = _check_id(session_id or new_id(), "session_id")
+        _check_id(tenant, "tenant")
+        now = utcnow()
+        session = Session(id=sid, tenant=tenant, user=user, metadata=dict(metadata or {}),
+                          state=dict(state or {}), created_at=now, updated_at=now,
+                          expires_at=_ttl_deadline(ttl), root_id=sid)
+        _check_json(session.metadata, "metadata")
+        _check_json(session.state, "state")
+        self._b_insert_session(session)
+        return session
+
+    def get_session(self, session_id: str, *, tenant: str = DEFAULT_TENANT) -> Session:
+        """The session; ``NotFound`` when unknown or expired."""
+        session = self._b_get_session(tenant, session_id)
+        if session is None or session.is_expired():
+            raise NotFound(f"no session {session_id!r}")
+        return session
+
+    def list_sessions(self, *, tenant: str = DEFAULT_TENANT, user: str | None = None,
+                      metadata: Mapping[str, Any] | None = None, limit: int = 50,
+                      cursor: str | None = None) -> Page[Session]:
+        """Sessions oldest first, ``limit`` at a time; pass ``next_cursor`` for more.
+        ``metadata`` keeps sessions whose metadata has those keys with those values."""
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        after = _parse_cursor(cursor)
+        out: list[Session] = []
+        now = utcnow()
+        while len(out) < limit:
+            batch = self._b_list_sessions(tenant, after, limit, user)
+            for s in batch:
+                after = (s.created_at.isoformat(), s.id)
+                if s.is_expired(now):
+                    continue
+                if metadata and any(s.metadata.get(k) != v for k, v in metadata.items()):
+                    continue
+                out.append(s)
+                if len(out) == limit:
+                    break
+            if len(batch) < limit:
+                return Page(items=out, next_cursor=None)
+        last = out[-1]
+        return Page(items=out, next_cursor=f"{last.created_at.isoformat()}|{last.id}")
+
+    def update_session(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
+                       metadata: dict[str, Any] | None = None,
+                       state: dict[str, Any] | None = None,
+                       ttl: timedelta | float | None = None,
+                       expected_version: int | None = None) -> Session:
+        """Replace metadata and/or state (whole dicts) or the TTL; bumps the version."""
+        if metadata is not None:
+            _check_json(metadata, "metadata")
+        if state is not None:
+            _check_json(state, "state")
+        for _ in range(100):
+            current = self.get_session(session_id, tenant=tenant)
+            if expected_version is not None and current.version != expected_version:
+                raise Conflict(f"session {session_id!r} is at version {current.version}, "
+                               f"not {expected_version}")
+            changes: dict[str, Any] = {"version": current.version + 1, "updated_at": utcnow()}
+            if metadata is not None:
+                changes["metadata"] = dict(metadata)
+            if state is not None:
+                changes["state"] = dict(state)
+            if ttl is not None:
+                changes["expires_at"] = _ttl_deadline(ttl)
+            updated = msgspec.structs.replace(current, **changes)
+            if self._b_save_session(updated, current.version):
+                return updated
+        raise Conflict(f"session {session_id!r} kept changing; try again")
+
+    def delete_session(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
+                       cascade: bool = False) -> None:
+        """Delete a session and its messages. Forks share its messages: deleting a
+        session that has forks needs ``cascade=True``, which deletes them too."""
+        self.get_session(session_id, tenant=tenant)
+        children = self._b_children(tenant, session_id)
+        if children and not cascade:
+            raise Conflict(f"session {session_id!r} has {len(children)} fork(s) sharing its "
+                           "messages; pass cascade=True to delete them too")
+        for child in children:
+            self.delete_session(child.id, tenant=tenant, cascade=True)
+        self._b_delete_session(tenant, session_id)
+        self._b_gc_assets(tenant)
+
+    # ================================================================ appending
+
+    def append(self, session_id: str, messages: Iterable[Message], *,
+               tenant: str = DEFAULT_TENANT, expected_version: int | None = None) -> int:
+        """Append atomically; returns the session's new version.
+
+        Idempotent by message id: a retried append stores nothing twice and
+        returns the version of the append that stored the messages. A stale
+        ``expected_version`` raises ``Conflict``; an invalid message raises
+        ``InvalidMessage`` (path ``$[i]...``) and nothing is stored.
+        """
+        batch = _validated(messages)
+        if not batch:
+            return self.get_session(session_id, tenant=tenant).version
+        counter = self.counter
+        tokens = [cached_count(m, counter) for m in batch]  # outside the transaction
+
+        def run(tx: AppendTxn) -> int:
+            session = tx.session
+            if session is None or session.is_expired():
+                raise NotFound(f"no session {session_id!r}")
+            ids = [m.id for m in batch]
+            existing = tx.existing(ids)
+            inherited = self._inherited_ids(session, [i for i in ids if i not in existing])
+            if len(existing) + len(inherited) == len(ids):
+                return max(existing.values(), default=session.version)
+            if expected_version is not None and expected_version != session.version:
+                raise Conflict(f"session {session_id!r} is at version {session.version}, "
+                               f"not {expected_version}")
+            fresh = [(m, t) for m, t in zip(batch, tokens, strict=True)
+                     if m.id not in existing and m.id not in inherited]
+            own_calls = {p.id for m, _ in fresh for p in m.parts if type(p) is ToolCall}
+            wanted = sorted({p.call_id for m, _ in fresh for p in m.parts
+                             if type(p) is ToolResult and p.call_id not in own_calls})
+            earlier = tx.calls(wanted) if wanted else {}
+            missing = [c for c in wanted if c not in earlier]
+            if missing and session.parent_id is not None:
+                earlier.update(self._inherited_calls(session, missing))
+            groups = Groups(earlier_calls=earlier, prev_reasoning_only=session.ends_reasoning_only)
+            version = session.version + 1
+            first = session.message_count
+            cum = session.token_count
+            rows: list[Row] = []
+            assets: dict[str, tuple[bytes, str]] = {}
+            for k, (m, t) in enumerate(fresh):
+                groups.append(m)
+                rows.append(Row(first + k, m.id, m.role, _stored_json(m, assets), t, cum,
+                                groups.starts_group(k), groups.is_orphan(k),
+                                int(m.kv_status), version))
+                cum += t
+            calls = {cid: first + k for cid, k in groups.calls().items()}
+            clear: tuple[int, int] | None = None
+            joined = session.joined
+            if groups.clear_from is not None:
+                lo = groups.clear_from
+                clear = (max(lo, session.fork_seq), first)
+                if lo < session.fork_seq:
+                    joined = [*joined, [lo, session.fork_seq]]
+            updated = msgspec.structs.replace(
+                session, version=version, updated_at=utcnow(), message_count=first + len(rows),
+                token_count=cum, ends_reasoning_only=groups.ends_reasoning_only, joined=joined)
+            tx.write(rows, calls, clear, updated, assets)
+            return version
+
+        return self._b_append(tenant, session_id, run)
+
+    # ================================================================ lineage
+
+    def _segments(self, session: Session) -> list[tuple[Session, int, int]]:
+        """``(owner, lo, hi)`` for each stretch of positions, newest first: the
+        session's own rows, then each ancestor's rows below the fork point."""
+        out: list[tuple[Session, int, int]] = []
+        current, hi = session, session.message_count
+        while True:
+            lo = current.fork_seq if current.parent_id is not None else 0
+            if hi > lo:
+                out.append((current, lo, hi))
+            if current.parent_id is None or lo == 0:
+                return out
+            parent = self._b_get_session(current.tenant, current.parent_id)
+            if parent is None:
+                raise NotFound(f"session {current.id!r} lost its parent {current.parent_id!r}")
+            current, hi = parent, lo
+
+    def _inherited_ids(self, session: Session, ids: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        for owner, lo, hi in self._segments(session) if ids else []:
+            if owner.id == session.id:
+                continue
+            for i in ids:
+                row = self._b_row_by_id(owner.tenant, owner.id, i)
+                if row is not None and lo <= row.seq < hi:
+                    found.add(i)
+        return found
+
+    def _inherited_calls(self, session: Session, call_ids: Sequence[str]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for owner, _lo, hi in self._segments(session):
+            if owner.id == session.id:
+                continue
+            rest = [c for c in call_ids if c not in found]
+            if not rest:
+                break
+            found.update(self._b_find_calls(owner.tenant, owner.id, rest, hi))
+        return found
+
+    def _chain_fixups(self, segments: list[tuple[Session, int, int]]
+                      ) -> list[tuple[dict[int, int], list[list[int]]]]:
+        """For each segment, the status overrides and joined ranges that sessions
+        nearer the reader recorded over it (nearest first)."""
+        fixes: list[tuple[dict[int, int], list[list[int]]]] = []
+        overrides: list[dict[int, int]] = []
+        joined: list[list[int]] = []
+        for owner, _lo, _hi in segments:
+            merged: dict[int, int] = {}
+            for o in reversed(overrides):  # nearest wins: apply farthest first
+                merged.update(o)
+            fixes.append((merged, list(joined)))
+            if owner.parent_id is not None and owner.fork_seq:
+                overrides.append(self._b_overrides(owner.tenant, owner.id))
+                joined.extend(owner.joined)
+        return fixes
+
+    def _read(self, session: Session, lo: int, hi: int) -> list[Row]:
+        """Rows at positions ``[lo, hi)`` as this session sees them, ascending."""
+        segments = self._segments(session)
+        fixes = self._chain_fixups(segments)
+        out: list[Row] = []
+        for (owner, s_lo, s_hi), (overrides, joined) in zip(segments, fixes, strict=True):
+            a, b = max(lo, s_lo), min(hi, s_hi)
+            if a >= b:
+                continue
+            rows = self._b_rows(owner.tenant, owner.id, a, b)
+            if overrides or joined:
+                rows = [_fix(r, overrides, joined) for r in rows]
+            out[:0] = rows
+        return out
+
+    def _groups_backward(self, session: Session, first_lo: int | None = None
+                         ) -> Iterator[list[Row]]:
+        """Whole groups, newest first, read in growing batches."""
+        hi = session.message_count
+        batch = 64
+        lo = max(0, hi - batch) if first_lo is None else max(0, min(first_lo, hi - 1))
+        pending: list[Row] = []
+        while hi > 0:
+            seq = self._read(session, lo, hi) + pending
+            i = len(seq)
+            while i > 0:
+                j = i - 1
+                while j > 0 and not seq[j].cut_ok:
+                    j -= 1
+                if not seq[j].cut_ok and lo > 0:
+                    break  # this group starts before the batch: read further back
+                yield seq[j:i]
+                i = j
+            pending = seq[:i]
+            hi, batch = lo, batch * 2
+            lo = max(0, hi - batch)
+
+    # ================================================================ reading
+
+    def tail(self, session_id: str, n: int, *, tenant: str = DEFAULT_TENANT,
+             include_marked: bool = False) -> list[Message]:
+        """The newest ``n`` messages, widened to whole groups (a tool call comes with
+        its results); marked and unloaded messages are left out unless asked for."""
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        session = self.get_session(session_id, tenant=tenant)
+        chosen: list[Row] = []
+        count = 0
+        if n:
+            for group in self._groups_backward(session, max(0, session.message_count - n - 1)):
+                if not _usable(group, include_marked):
+                    continue
+                chosen[:0] = group
+                count += len(group)
+                if count >= n:
+                    break
+        return self._decode(chosen)
+
+    def window(self, session_id: str, max_tokens: int,
+               counter: str | TokenCounter | None = None, *, tenant: str = DEFAULT_TENANT,
+               keep_system: bool = False) -> list[Message]:
+        """The newest messages within ``max_tokens`` (reply priming included), whole
+        groups only, never over the budget. With the store's own counter this is an
+        indexed read of stored counts; another counter counts what it reads."""
+        if max_tokens < 0:
+            raise ValueError("max_tokens must be >= 0")
+        session = self.get_session(session_id, tenant=tenant)
+        c = self.counter if counter is None else get_counter(counter)
+        own = c.name == self.counter.name
+        budget = max_tokens - c.priming_tokens
+        kept: list[Row] = []
+        if keep_system:
+            kept = [r for r in self._kept_rows(session) if _usable([r], False)]
+            budget -= sum(self._cost(r, c, own) for r in kept)
+        if budget < 0:
+            return []
+        kept_seqs = {r.seq for r in kept}
+        first_lo = self._seq_at_cum(session, session.token_count - budget) if own else None
+        chosen: list[Row] = []
+        for group in self._groups_backward(session, None if first_lo is None else first_lo - 1):
+            if not _usable(group, False):
+                continue
+            cost = sum(self._cost(r, c, own) for r in group if r.seq not in kept_seqs)
+            if cost > budget:
+                break
+            budget -= cost
+            chosen[:0] = group
+        chosen_seqs = {r.seq for r in chosen}
+        rows = sorted([r for r in kept if r.seq not in chosen_seqs] + chosen, key=lambda r: r.seq)
+        return self._decode(rows)
+
+    def _cost(self, row: Row, counter: TokenCounter, own: bool) -> int:
+        if own:
+            return row.tokens
+        return cached_count(_message_decoder.decode(row.data), counter)
+
+    def _kept_rows(self, session: Session) -> list[Row]:
+        out: list[Row] = []
+        segments = self._segments(session)
+        for (owner, lo, hi), (overrides, joined) in zip(segments, self._chain_fixups(segments),
+                                                       strict=True):
+            rows = [r for r in self._b_kept_rows(owner.tenant, owner.id, hi) if r.seq >= lo]
+            out[:0] = [_fix(r, overrides, joined) for r in rows]
+        return out
+
+    def _seq_at_cum(self, session: Session, cum: int) -> int | None:
+        if cum <= 0:
+            return 0
+        for owner, lo, hi in self._segments(session):
+            seq = self._b_seq_at_cum(owner.tenant, owner.id, cum)
+            if seq is not None and lo <= seq < hi:
+                return seq
+            if seq is None or seq >= hi:
+                return hi  # the tail of this segment is all that fits
+        return 0
+
+    def range(self, session_id: str, start: int = 0, stop: int | None = None, *,
+              tenant: str = DEFAULT_TENANT, include_marked: bool = True) -> list[Message]:
+        """Messages at positions ``[start, stop)`` (0 = oldest), widened to whole
+        groups; orphan results are left out, and marked ones unless asked for."""
+        session = self.get_session(session_id, tenant=tenant)
+        n = session.message_count
+        stop = n if stop is None else min(stop, n)
+        if start < 0 or stop < start:
+            raise ValueError("need 0 <= start <= stop")
+        if start == stop:
+            return []
+        rows = self._read(session, max(0, start - 64), min(n, stop + 64))
+        by_seq = {r.seq: i for i, r in enumerate(rows)}
+        a, b = by_seq[start], by_seq[stop - 1] + 1
+        while a > 0 and not rows[a].cut_ok:
+            a -= 1
+        while b < len(rows) and not rows[b].cut_ok:
+            b += 1
+        if (a == 0 and rows[0].seq > 0 and not rows[0].cut_ok) or (
+                b == len(rows) and rows[-1].seq < n - 1):
+            rows = self._read(session, 0, n)  # a group longer than the margin: read it all
+            a, b = start, stop
+            while a > 0 and not rows[a].cut_ok:
+                a -= 1
+            while b < len(rows) and not rows[b].cut_ok:
+                b += 1
+        selected = rows[a:b]
+        out: list[Row] = []
+        i = 0
+        while i < len(selected):
+            j = i + 1
+            while j < len(selected) and not selected[j].cut_ok:
+                j += 1
+            if _usable(selected[i:j], include_marked):
+                out.extend(selected[i:j])
+            i = j
+        return self._decode(out)
+
+    def get(self, session_id: str, message_id: str, *, tenant: str = DEFAULT_TENANT) -> Message:
+        """One message by id; ``NotFound`` when it is not in this session."""
+        row = self._find_row(self.get_session(session_id, tenant=tenant), message_id)
+        if row is None:
+            raise NotFound(f"no message {message_id!r} in session {session_id!r}")
+        return self._decode([row])[0]
+
+    def _find_row(self, session: Session, message_id: str) -> Row | None:
+        segments = self._segments(session)
+        for (owner, lo, hi), (overrides, joined) in zip(segments, self._chain_fixups(segments),
+                                                       strict=True):
+            row = self._b_row_by_id(owner.tenant, owner.id, message_id)
+            if row is not None and lo <= row.seq < hi:
+                return _fix(row, overrides, joined)
+        return None
+
+    def count(self, session_id: str, *, tenant: str = DEFAULT_TENANT) -> int:
+        """Messages in the session (marked ones included)."""
+        return self.get_session(session_id, tenant=tenant).message_count
+
+    def _decode(self, rows: Sequence[Row]) -> list[Message]:
+        out = []
+        for r in rows:
+            m = _message_decoder.decode(r.data)
+            if int(m.kv_status) != r.status:
+                m.kv_status = KVStatus(r.status)
+            out.append(m)
+        return out
+
+    def get_asset(self, sha256: str, *, tenant: str = DEFAULT_TENANT) -> bytes:
+        """The bytes of an attachment stored by this tenant's messages."""
+        data = self._b_get_asset(tenant, sha256)
+        if data is None:
+            raise NotFound(f"no asset {sha256!r}")
+        return data
+
+    def resolve(self, messages: Sequence[Message], *, tenant: str = DEFAULT_TENANT
+                ) -> list[Message]:
+        """Copies of ``messages`` with attachment bytes filled in from the asset storage."""
+        from ..model.codec import _attach
+
+        cache: dict[str, Any] = {}
+        assets = _AssetLookup(self, tenant)
+        out = []
+        for m in messages:
+            if m.has_media:
+                m = msgspec.structs.replace(m, parts=[_attach(p, assets, cache) for p in m.parts])
+            out.append(m)
+        return out
+
+    # ================================================================ changing
+
+    def pop(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
+            expected_version: int | None = None) -> Message | None:
+        """Remove and return the newest message (None when empty)."""
+        for _ in range(100):
+            session = self.get_session(session_id, tenant=tenant)
+            if expected_version is not None and session.version != expected_version:
+                raise Conflict(f"session {session_id!r} is at version {session.version}, "
+                               f"not {expected_version}")
+            n = session.message_count
+            if n == 0:
+                return None
+            self._refuse_if_shared(session, n - 1)
+            rows = self._read(session, max(0, n - 2), n)
+            last = rows[-1]
+            before = rows[-2] if len(rows) == 2 else None
+            ends_reasoning = False
+            if before is not None:
+                from ..groups import is_reasoning_only
+
+                ends_reasoning = is_reasoning_only(_message_decoder.decode(before.data))
+            own = session.parent_id is None or last.seq >= session.fork_seq
+            updated = msgspec.structs.replace(
+                session, version=session.version + 1, updated_at=utcnow(),
+                message_count=n - 1, token_count=last.cum_before,
+                ends_reasoning_only=ends_reasoning,
+                fork_seq=session.fork_seq if own else n - 1,
+                joined=[[lo, min(hi, n - 1)] for lo, hi in session.joined if lo < n - 1])
+            if self._b_truncate(tenant, session_id, last.seq if own else n, updated,
+                                session.version):
+                return self._decode([last])[0]
+        raise Conflict(f"session {session_id!r} kept changing; try again")
+
+    def clear(self, session_id: str, *, tenant: str = DEFAULT_TENANT) -> int:
+        """Remove every message; returns the new version."""
+        for _ in range(100):
+            session = self.get_session(session_id, tenant=tenant)
+            self._refuse_if_shared(session, 0)
+            updated = msgspec.structs.replace(
+                session, version=session.version + 1, updated_at=utcnow(), message_count=0,
+                token_count=0, ends_reasoning_only=False, fork_seq=0, joined=[])
+            if self._b_truncate(tenant, session_id, 0, updated, session.version):
+                self._b_gc_assets(tenant)
+                return updated.version
+        raise Conflict(f"session {session_id!r} kept changing; try again")
+
+    def _refuse_if_shared(self, session: Session, seq: int) -> None:
+        for child in self._b_children(session.tenant, session.id):
+            if child.fork_seq > seq:
+                raise Conflict(f"fork {child.id!r} shares message {seq} of session "
+                               f"{session.id!r}; change the fork instead")
+
+    def mark(self, session_id: str, message_ids: Iterable[str], status: KVStatus, *,
+             tenant: str = DEFAULT_TENANT) -> int:
+        """Set the KV status of messages, widened to their whole groups (so a read
+        never splits a call from its results); returns how many changed."""
+        status = KVStatus(status)
+        session = self.get_session(session_id, tenant=tenant)
+        seqs: set[int] = set()
+        for mid in message_ids:
+            row = self._find_row(session, mid)
+            if row is None:
+                raise NotFound(f"no message {mid!r} in session {session_id!r}")
+            seqs.update(self._group_of(session, row.seq))
+        own = sorted(s for s in seqs if session.parent_id is None or s >= session.fork_seq)
+        inherited = sorted(seqs.difference(own))
+        self._b_set_status(tenant, session_id, own, int(status), inherited)
+        return len(seqs)
+
+    def _group_of(self, session: Session, seq: int) -> list[int]:
+        lo, hi = max(0, seq - 64), min(session.message_count, seq + 65)
+        while True:
+            rows = self._read(session, lo, hi)
+            i = seq - lo
+            a, b = i, i + 1
+            while a > 0 and not rows[a].cut_ok:
+                a -= 1
+            while b < len(rows) and not rows[b].cut_ok:
+                b += 1
+            start_found = lo == 0 or rows[a].cut_ok
+            end_found = b < len(rows) or hi == session.message_count
+            if start_found and end_found:
+                return [r.seq for r in rows[a:b]]
+            lo, hi = max(0, lo - 256), min(session.message_count, hi + 256)
+
+    # ================================================================ branches
+
+    def fork(self, session_id: str, at_message_id: str | None = None, *,
+             tenant: str = DEFAULT_TENANT, new_session_id: str | None = None) -> Session:
+        """A new session sharing this one's messages up to and including
+        ``at_message_id`` (all of them by default), without copying them."""
+        session = self.get_session(session_id, tenant=tenant)
+        if at_message_id is None:
+            fork_seq = session.message_count
+        else:
+            row = self._find_row(session, at_message_id)
+            if row is None:
+                raise NotFound(f"no message {at_message_id!r} in session {session_id!r}")
+            fork_seq = row.seq + 1
+        return self._fork_at(session, fork_seq, new_session_id)
+
+    def _fork_at(self, session: Session, fork_seq: int, new_session_id: str | None) -> Session:
+        token_count, ends_reasoning = 0, False
+        if fork_seq:
+            last = self._read(session, fork_seq - 1, fork_seq)[0]
+            token_count = last.cum_before + last.tokens
+            from ..groups import is_reasoning_only
+
+            ends_reasoning = is_reasoning_only(_message_decoder.decode(last.data))
+        sid = _check_id(new_session_id or new_id(), "session_id")
+        now = utcnow()
+        child = Session(
+            id=sid, tenant=session.tenant, user=session.user, metadata=dict(session.metadata),
+            state=dict(session.state), created_at=now, updated_at=now,
+            expires_at=session.expires_at, parent_id=session.id, fork_seq=fork_seq,
+            root_id=session.root_id or session.id, message_count=fork_seq,
+            token_count=token_count, ends_reasoning_only=ends_reasoning,
+            joined=[[lo, min(hi, fork_seq)] for lo, hi in session.joined if lo < fork_seq])
+        self._b_insert_session(child)
+        return child
+
+    def edit(self, session_id: str, message_id: str, message: Message, *,
+             tenant: str = DEFAULT_TENANT) -> Session:
+        """Editing an earlier message makes a branch: a fork that shares everything
+        before it and continues with ``message``. Returns the new session."""
+        message.validate()
+        session = self.get_session(session_id, tenant=tenant)
+        row = self._find_row(session, message_id)
+        if row is None:
+            raise NotFound(f"no message {message_id!r} in session {session_id!r}")
+        child = self._fork_at(session, row.seq, None)
+        self.append(child.id, [message], tenant=tenant)
+        return self.get_session(child.id, tenant=tenant)
+
+    def lineage(self, session_id: str, *, tenant: str = DEFAULT_TENANT) -> list[Session]:
+        """Every branch of this session's tree (the root and all forks), oldest first."""
+        session = self.get_session(session_id, tenant=tenant)
+        tree = self._b_tree(tenant, session.root_id or session.id)
+        return sorted(tree, key=lambda s: (s.created_at, s.id))
+
+    # ================================================================ retention
+
+    def erase(self, *, tenant: str, user: str | None = None) -> int:
+        """Delete every session (forks included), message and asset of a data
+        subject (``user``), or of the whole tenant; returns sessions deleted."""
+        deleted = 0
+        while True:
+            batch = self._b_list_sessions(tenant, None, 100, user)
+            if not batch:
+                break
+            for s in batch:
+                if self._b_get_session(tenant, s.id) is not None:
+                    deleted += self._delete_tree(tenant, s.id)
+        self._b_gc_assets(tenant)
+        return deleted
+
+    def _delete_tree(self, tenant: str, session_id: str) -> int:
+        deleted = 0
+        for child in self._b_children(tenant, session_id):
+            deleted += self._delete_tree(tenant, child.id)
+        self._b_delete_session(tenant, session_id)
+        return deleted + 1
+
+    def purge_expired(self) -> int:
+        """Delete sessions past their TTL (and their forks); returns how many."""
+        deleted = 0
+        tenants: set[str] = set()
+        for tenant, sid in self._b_expired(utcnow()):
+            if self._b_get_session(tenant, sid) is not None:
+                deleted += self._delete_tree(tenant, sid)
+                tenants.add(tenant)
+        for tenant in tenants:
+            self._b_gc_assets(tenant)
+        return deleted
+
+    # ================================================================ export / import
+
+    def export(self, *, tenant: str = DEFAULT_TENANT,
+               session_ids: Iterable[str] | None = None) -> Iterator[bytes]:
+        """JSON lines: each session, then its own messages (attachments inline).
+        Streams: memory does not grow with the number of sessions or messages."""
+        encoder = msgspec.json.Encoder()
+        if session_ids is not None:
+            sessions: Iterable[Session] = (self.get_session(s, tenant=tenant)
+                                           for s in session_ids)
+        else:
+            sessions = self._all_sessions(tenant)
+        for session in sessions:
+            yield encoder.encode({"kind": "session", "session": session.to_dict()}) + b"\n"
+            lo = session.fork_seq if session.parent_id is not None else 0
+            for start in range(lo, session.message_count, 500):
+                rows = self._b_rows(tenant, session.id, start,
+                                    min(start + 500, session.message_count))
+                for m in self.resolve(self._decode(rows), tenant=tenant):
+                    line = {"kind": "message", "session_id": session.id, "message": m}
+                    yield encoder.encode(line) + b"\n"
+
+    def _all_sessions(self, tenant: str) -> Iterator[Session]:
+        after: tuple[str, str] | None = None
+        while True:
+            batch = self._b_list_sessions(tenant, after, 200, None)
+            yield from batch
+            if len(batch) < 200:
+                return
+            after = (batch[-1].created_at.isoformat(), batch[-1].id)
+
+    def import_(self, lines: Iterable[bytes | str], *, tenant: str | None = None) -> int:
+        """Load ``export()`` output; sessions that exist are continued, messages that
+        exist are skipped (by id), so an import can be retried. Returns messages added."""
+        added = 0
+        pending: list[Message] = []
+        current: tuple[str, str] | None = None
+
+        def flush() -> int:
+            if current is None or not pending:
+                return 0
+            before = self.get_session(current[1], tenant=current[0]).message_count
+            self.append(current[1], pending, tenant=current[0])
+            n = self.get_session(current[1], tenant=current[0]).message_count - before
+            pending.clear()
+            return n
+
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = msgspec.json.decode(line)
+            except msgspec.DecodeError as exc:
+                raise InvalidMessage(f"line {number} is not JSON: {exc}", "$") from None
+            kind = record.get("kind") if isinstance(record, dict) else None
+            if kind == "session":
+                added += flush()
+                session = Session.from_dict(record["session"])
+                t = tenant or session.tenant
+                current = (t, session.id)
+                if self._b_get_session(t, session.id) is None:
+                    self._import_session(session, t)
+            elif kind == "message":
+                if current is None or record.get("session_id") != current[1]:
+                    raise InvalidMessage(f"line {number}: a message before its session",
+                                         "$.session_id")
+                from ..model.codec import message_from_builtins
+
+                try:
+                    pending.append(message_from_builtins(record["message"]))
+                except InvalidMessage as exc:
+                    raise exc.under(f"$.line[{number}].message") from None
+                if len(pending) >= 500:
+                    added += flush()
+            else:
+                raise InvalidMessage(f"line {number}: unknown kind {kind!r}", "$.kind")
+        return added + flush()
+
+    def _import_session(self, session: Session, tenant: str) -> None:
+        if session.parent_id is not None and session.fork_seq:
+            parent = self._b_get_session(tenant, session.parent_id)
+            if parent is None:
+                raise NotFound(f"fork {session.id!r} needs its parent {session.parent_id!r}; "
+                               "import the parent first")
+            child = self._fork_at(parent, session.fork_seq, session.id)
+            self.update_session(child.id, tenant=tenant, metadata=session.metadata,
+                                state=session.state)
+            return
+        fresh = msgspec.structs.replace(
+            session, tenant=tenant, version=0, message_count=0, token_count=0,
+            ends_reasoning_only=False, fork_seq=0, joined=[], parent_id=session.parent_id,
+            root_id=session.root_id or session.id)
+        self._b_insert_session(fresh)
+
+
+# ==================================================================== helpers
+
+
+class _AssetLookup(Mapping[str, bytes]):
+    """A lazy ``sha256 -> bytes`` view of a tenant's assets (for ``_attach``)."""
+
+    def __init__(self, store: BaseStore, tenant: str) -> None:
+        self.store, self.tenant = store, tenant
+        self._cache: dict[str, bytes | None] = {}
+
+    def _load(self, key: str) -> bytes | None:
+        if key not in self._cache:
+            self._cache[key] = self.store._b_get_asset(self.tenant, key)
+        return self._cache[key]
+
+    def __getitem__(self, key: str) -> bytes:
+        data = self._load(key)
+        if data is None:
+            raise KeyError(key)
+        return data
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._load(key) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(k for k, v in self._cache.items() if v is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for v in self._cache.values() if v is not None)
+
+
+def _fix(row: Row, overrides: Mapping[int, int], joined: Sequence[Sequence[int]]) -> Row:
+    status = overrides.get(row.seq, row.status)
+    cut_ok = row.cut_ok and not any(lo <= row.seq < hi for lo, hi in joined)
+    if status == row.status and cut_ok == row.cut_ok:
+        return row
+    return row._replace(status=status, cut_ok=cut_ok)
+
+
+def _usable(group: Sequence[Row], include_marked: bool) -> bool:
+    loaded = int(KVStatus.LOADED)
+    return not any(r.orphan or (not include_marked and r.status != loaded) for r in group)
+
+
+def _parse_cursor(cursor: str | None) -> tuple[str, str] | None:
+    if not cursor:
+        return None
+    created, sep, sid = cursor.partition("|")
+    if not sep:
+        raise ValueError(f"bad cursor {cursor!r}")
+    return created, sid
+
+
+def _check_json(value: object, field: str) -> None:
+    if not isinstance(value, dict):
+        raise InvalidMessage(f"{field} must be a JSON object", f"$.{field}")
+    try:
+        msgspec.json.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessage(f"{field} is not JSON-serializable: {exc}", f"$.{field}") from None
+
+
+def _validated(messages: Iterable[Message]) -> list[Message]:
+    batch: list[Message] = []
+    seen: set[str] = set()
+    for i, m in enumerate(messages):
+        if not isinstance(m, Message):
+            raise InvalidMessage(f"expected a Message, got {type(m).__name__}", f"$[{i}]")
+        try:
+            m.validate()
+        except InvalidMessage as exc:
+            raise exc.under(f"$[{i}]") from None
+        if m.id not in seen:
+            seen.add(m.id)
+            batch.append(m)
+    return batch
+
+
+def _stored_json(message: Message, assets: dict[str, tuple[bytes, str]]) -> bytes:
+    """The message's JSON with attachment bytes moved into ``assets``."""
+    if message.has_media:
+        found: dict[str, bytes] = {}
+        parts = [_strip_part(p, found) for p in message.parts]
+        if found:
+            for att in message.attachments:
+                if att.sha256 in found:
+                    assets[att.sha256] = (found[att.sha256], att.mime_type)
+            message = msgspec.structs.replace(message, parts=parts)
+    return encode(message)

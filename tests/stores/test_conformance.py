@@ -1,0 +1,443 @@
+"""One suite, every backend: the Store contract."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+
+from chathistory import (
+    Attachment,
+    Conflict,
+    History,
+    ImagePart,
+    InvalidMessage,
+    KVStatus,
+    Message,
+    NotFound,
+    Reasoning,
+    TextPart,
+    ToolCall,
+    ToolResult,
+)
+from chathistory.stores import BaseStore
+from chathistory.tokens import cached_count
+
+
+def chat(n: int, prefix: str = "m") -> list[Message]:
+    return [(Message.user if i % 2 == 0 else Message.assistant)(f"{prefix} {i} " + "w " * (i % 7))
+            for i in range(n)]
+
+
+def tool_turn(i: int) -> list[Message]:
+    return [
+        Message.user(f"q{i}"),
+        Message(role="assistant", parts=[Reasoning(text=f"think {i}")]),
+        Message.assistant("", [{"id": f"c{i}a", "name": "f", "arguments": {"i": i}},
+                               {"id": f"c{i}b", "name": "g", "arguments": {}}]),
+        Message.tool_result(f"c{i}a", f"ra{i}"),
+        Message.tool_result(f"c{i}b", f"rb{i}"),
+        Message.assistant(f"a{i}"),
+    ]
+
+
+def ids(messages: list[Message]) -> list[str]:
+    return [m.id for m in messages]
+
+
+# ---------------------------------------------------------------- sessions
+
+
+def test_create_get_update_delete(store: BaseStore) -> None:
+    s = store.create_session("s1", metadata={"app": "x"}, state={"k": 1}, user="u1")
+    assert (s.id, s.tenant, s.version, s.user) == ("s1", "default", 0, "u1")
+    got = store.get_session("s1")
+    assert got.metadata == {"app": "x"} and got.state == {"k": 1}
+    with pytest.raises(Conflict):
+        store.create_session("s1")
+    updated = store.update_session("s1", state={"k": 2})
+    assert updated.version == 1 and store.get_session("s1").state == {"k": 2}
+    assert store.get_session("s1").metadata == {"app": "x"}
+    with pytest.raises(Conflict):
+        store.update_session("s1", metadata={}, expected_version=0)
+    store.delete_session("s1")
+    with pytest.raises(NotFound):
+        store.get_session("s1")
+    generated = store.create_session()
+    assert len(generated.id) == 36
+
+
+def test_unknown_session(store: BaseStore) -> None:
+    for call in (lambda: store.get_session("nope"), lambda: store.tail("nope", 3),
+                 lambda: store.append("nope", [Message.user("x")]),
+                 lambda: store.window("nope", 100)):
+        with pytest.raises(NotFound):
+            call()
+
+
+def test_session_round_trips_through_dict(store: BaseStore) -> None:
+    from chathistory.stores import Session
+
+    s = store.create_session(state={"provider": {"a": [1, 2]}})
+    store.append(s.id, chat(3))
+    s = store.get_session(s.id)
+    assert Session.from_dict(s.to_dict()) == s
+
+
+def test_list_sessions_pages_and_filters(store: BaseStore) -> None:
+    for i in range(7):
+        store.create_session(f"s{i}", metadata={"even": i % 2 == 0})
+        time.sleep(0.002)
+    store.create_session("other", tenant="t2")
+    page = store.list_sessions(limit=3)
+    seen = [s.id for s in page.items]
+    while page.next_cursor:
+        page = store.list_sessions(limit=3, cursor=page.next_cursor)
+        seen += [s.id for s in page.items]
+    assert seen == [f"s{i}" for i in range(7)]
+    evens = store.list_sessions(metadata={"even": True}, limit=10).items
+    assert [s.id for s in evens] == ["s0", "s2", "s4", "s6"]
+    assert [s.id for s in store.list_sessions(tenant="t2").items] == ["other"]
+
+
+def test_tenants_are_isolated(store: BaseStore) -> None:
+    store.create_session("shared-name", tenant="a")
+    store.append("shared-name", [Message.user("secret of a")], tenant="a")
+    with pytest.raises(NotFound):
+        store.get_session("shared-name", tenant="b")
+    with pytest.raises(NotFound):
+        store.tail("shared-name", 5, tenant="b")
+    store.create_session("shared-name", tenant="b")  # same id, other tenant: a new session
+    assert store.tail("shared-name", 5, tenant="b") == []
+    assert [m.text for m in store.tail("shared-name", 5, tenant="a")] == ["secret of a"]
+
+
+# ---------------------------------------------------------------- appending
+
+
+def test_append_versions_and_idempotency(store: BaseStore) -> None:
+    s = store.create_session()
+    batch = chat(3)
+    v1 = store.append(s.id, batch)
+    assert v1 == 1
+    assert store.append(s.id, batch) == v1  # a retry stores nothing and answers the same
+    v2 = store.append(s.id, chat(2, "n"))
+    assert v2 == 2
+    assert store.append(s.id, batch) == v1  # still the version that stored them
+    assert store.count(s.id) == 5
+    retried = [Message.from_json(m.to_json()) for m in batch]
+    assert store.append(s.id, retried + chat(1, "x")) == 3  # only the new one is added
+    assert store.count(s.id) == 6
+    assert store.append(s.id, []) == 3
+
+
+def test_expected_version(store: BaseStore) -> None:
+    s = store.create_session()
+    assert store.append(s.id, chat(1), expected_version=0) == 1
+    with pytest.raises(Conflict):
+        store.append(s.id, chat(1, "late"), expected_version=0)
+    assert store.count(s.id) == 1
+
+
+def test_invalid_message_stores_nothing(store: BaseStore) -> None:
+    s = store.create_session()
+    bad = Message(role="tool", parts=[ToolResult(call_id="")])
+    with pytest.raises(InvalidMessage) as info:
+        store.append(s.id, [Message.user("ok"), bad])
+    assert info.value.path == "$[1].parts[0].call_id"
+    assert store.count(s.id) == 0 and store.get_session(s.id).version == 0
+
+
+def test_order_and_round_trip(store: BaseStore, png_bytes: bytes) -> None:
+    s = store.create_session()
+    msgs = [Message.system("sys"), *chat(4), *tool_turn(1),
+            Message.user("pic", Attachment.from_bytes(png_bytes, name="p.png")),
+            Message(role="mcp_response", name="srv", parts=[TextPart(text="{}")],
+                    metadata={"a": 1}, provider_metadata={"x": {"y": 2}})]
+    store.append(s.id, msgs[:5])
+    store.append(s.id, msgs[5:])
+    back = store.range(s.id)
+    assert ids(back) == ids(msgs)
+    assert back[-1].metadata == {"a": 1} and back[-1].provider_metadata == {"x": {"y": 2}}
+    assert back[-1].name == "srv" and back[-1].role == "mcp_response"
+    assert [m.text for m in back] == [m.text for m in msgs]
+    assert store.get(s.id, msgs[7].id).tool_calls[0].arguments == {"i": 1}
+    with pytest.raises(NotFound):
+        store.get(s.id, "missing")
+
+
+def test_attachments_stored_once_and_resolved(store: BaseStore, png_bytes: bytes) -> None:
+    a = store.create_session()
+    b = store.create_session()
+    att = Attachment.from_bytes(png_bytes, name="p.png")
+    store.append(a.id, [Message.user("one", att), Message.user("two", att)])
+    store.append(b.id, [Message.user("three", att)])
+    stored = store.tail(a.id, 2)
+    part = stored[0].parts[1]
+    assert isinstance(part, ImagePart) and part.attachment is not None
+    assert part.attachment.data is None  # a reference; the bytes live in the asset storage
+    assert store.get_asset(att.sha256) == png_bytes
+    resolved = store.resolve(stored)
+    assert resolved[0].attachments[0].data == png_bytes
+    with pytest.raises(NotFound):
+        store.get_asset(att.sha256, tenant="other")
+    store.delete_session(a.id)
+    assert store.get_asset(att.sha256) == png_bytes  # b still uses it
+    store.delete_session(b.id)
+    with pytest.raises(NotFound):
+        store.get_asset(att.sha256)
+
+
+# ---------------------------------------------------------------- reading
+
+
+def test_tail_widens_to_groups(store: BaseStore) -> None:
+    s = store.create_session()
+    msgs = [*chat(2), *tool_turn(0), *chat(1, "after")]
+    store.append(s.id, msgs)
+    assert ids(store.tail(s.id, 1)) == ids(msgs[-1:])
+    # 3 newest: after, a0, rb0 -> widened back to the reasoning before the call
+    assert ids(store.tail(s.id, 3)) == ids(msgs[3:])
+    assert ids(store.tail(s.id, 100)) == ids(msgs)
+    assert store.tail(s.id, 0) == []
+
+
+def test_window_matches_history_by_tokens(store: BaseStore) -> None:
+    s = store.create_session()
+    msgs = [Message.system("be brief")]
+    for i in range(12):
+        msgs += chat(3, f"t{i}") + tool_turn(i)
+    for start in range(0, len(msgs), 7):  # many appends, groups across batch edges
+        store.append(s.id, msgs[start:start + 7])
+    history = History(msgs, counter=store.counter)
+    total = history.token_count() + 3
+    for budget in (0, 3, 10, 37, 100, 333, total - 5, total, total + 50):
+        for keep in (False, True):
+            got = store.window(s.id, budget, keep_system=keep)
+            assert ids(got) == ids(history.by_tokens(budget, keep_system=keep)), (budget, keep)
+            if got:
+                assert sum(cached_count(m, store.counter) for m in got) + 3 <= budget
+
+
+def test_window_with_another_counter(store: BaseStore) -> None:
+    s = store.create_session()
+    msgs = chat(40)
+    store.append(s.id, msgs)
+    history = History(msgs)
+    for budget in (50, 200, 1000):
+        assert ids(store.window(s.id, budget, "o200k_base")) == ids(history.by_tokens(budget))
+
+
+def test_orphan_results_are_never_read(store: BaseStore) -> None:
+    s = store.create_session()
+    msgs = [Message.user("hi"), Message.tool_result("ghost", "boo"), Message.assistant("yo")]
+    store.append(s.id, msgs)
+    assert [m.text for m in store.tail(s.id, 3)] == ["hi", "yo"]
+    assert [m.text for m in store.window(s.id, 10_000)] == ["hi", "yo"]
+
+
+def test_results_arriving_in_a_later_append(store: BaseStore) -> None:
+    s = store.create_session()
+    call = Message.assistant("", [{"id": "late", "name": "f", "arguments": {}}])
+    store.append(s.id, [Message.user("go"), call])
+    assert ids(store.tail(s.id, 1)) == [call.id]  # pending call: fine at the end
+    result = Message.tool_result("late", "done")
+    store.append(s.id, [result])
+    assert ids(store.tail(s.id, 1)) == [call.id, result.id]
+
+
+def test_range_by_position(store: BaseStore) -> None:
+    s = store.create_session()
+    msgs = [*chat(3), *tool_turn(0), *chat(3, "z")]
+    store.append(s.id, msgs)
+    assert ids(store.range(s.id, 0, 2)) == ids(msgs[:2])
+    assert ids(store.range(s.id, 6, 7)) == ids(msgs[4:8])  # widened to the group
+    assert ids(store.range(s.id, 9)) == ids(msgs[9:])
+    assert store.range(s.id, 5, 5) == []
+
+
+# ---------------------------------------------------------------- changing
+
+
+def test_pop_and_clear(store: BaseStore) -> None:
+    s = store.create_session()
+    msgs = chat(4)
+    store.append(s.id, msgs)
+    assert store.pop(s.id).id == msgs[-1].id  # type: ignore[union-attr]
+    assert ids(store.range(s.id)) == ids(msgs[:3])
+    store.append(s.id, [msgs[-1]])  # a popped id can come back
+    assert ids(store.range(s.id)) == ids(msgs)
+    version = store.clear(s.id)
+    assert store.count(s.id) == 0 and store.pop(s.id) is None
+    assert store.get_session(s.id).version == version
+    store.append(s.id, chat(2, "again"))
+    assert [m.text for m in store.range(s.id)][0].startswith("again")
+    history = History(store.range(s.id), counter=store.counter)
+    assert ids(store.window(s.id, 30)) == ids(history.by_tokens(30))
+
+
+def test_mark_hides_whole_groups(store: BaseStore) -> None:
+    s = store.create_session()
+    msgs = [*chat(2), *tool_turn(0), *chat(2, "z")]
+    store.append(s.id, msgs)
+    changed = store.mark(s.id, [msgs[4].id], KVStatus.MARKED)  # the call: its group goes
+    assert changed == 4  # reasoning, call and both results
+    visible = store.tail(s.id, 100)
+    assert ids(visible) == ids(msgs[:3] + msgs[7:])
+    assert len(store.tail(s.id, 100, include_marked=True)) == len(msgs)
+    assert store.get(s.id, msgs[5].id).kv_status == KVStatus.MARKED
+    store.mark(s.id, [msgs[5].id], KVStatus.LOADED)
+    assert ids(store.tail(s.id, 100)) == ids(msgs)
+
+
+# ---------------------------------------------------------------- branches
+
+
+def test_fork_shares_the_prefix(store: BaseStore) -> None:
+    s = store.create_session(metadata={"m": 1})
+    msgs = chat(6)
+    store.append(s.id, msgs)
+    fork = store.fork(s.id, msgs[3].id)
+    assert fork.parent_id == s.id and fork.message_count == 4
+    assert ids(store.range(fork.id)) == ids(msgs[:4])
+    extra = chat(2, "fork")
+    store.append(fork.id, extra)
+    assert ids(store.range(fork.id)) == ids(msgs[:4] + extra)
+    assert ids(store.range(s.id)) == ids(msgs)  # the source is untouched
+    history = History(msgs[:4] + extra, counter=store.counter)
+    assert ids(store.window(fork.id, 40)) == ids(history.by_tokens(40))
+    assert ids(store.tail(fork.id, 3)) == ids((msgs[:4] + extra)[-3:])
+    assert store.append(fork.id, [msgs[0]]) == store.get_session(fork.id).version  # inherited
+    assert store.pop(s.id).id == msgs[5].id  # type: ignore[union-attr]
+    assert store.pop(s.id).id == msgs[4].id  # type: ignore[union-attr]
+    with pytest.raises(Conflict):
+        store.pop(s.id)  # the fork shares that message
+    store.append(s.id, msgs[4:])
+    with pytest.raises(Conflict):
+        store.delete_session(s.id)
+    grandchild = store.fork(fork.id)
+    assert ids(store.range(grandchild.id)) == ids(msgs[:4] + extra)
+    tree = store.lineage(grandchild.id)
+    assert [t.id for t in tree] == [s.id, fork.id, grandchild.id]
+    store.mark(fork.id, [msgs[1].id], KVStatus.MARKED)  # a mark in a fork stays in the fork
+    assert store.get(s.id, msgs[1].id).kv_status == KVStatus.LOADED
+    assert msgs[1].id not in ids(store.tail(fork.id, 100))
+    store.delete_session(s.id, cascade=True)
+    with pytest.raises(NotFound):
+        store.get_session(grandchild.id)
+
+
+def test_edit_creates_a_branch(store: BaseStore) -> None:
+    s = store.create_session()
+    msgs = chat(5)
+    store.append(s.id, msgs)
+    edited = Message.user("edited question")
+    branch = store.edit(s.id, msgs[2].id, edited)
+    assert ids(store.range(branch.id)) == ids(msgs[:2]) + [edited.id]
+    assert ids(store.range(s.id)) == ids(msgs)
+    assert {t.id for t in store.lineage(s.id)} == {s.id, branch.id}
+
+
+def test_fork_inside_a_tool_group(store: BaseStore) -> None:
+    s = store.create_session()
+    turn = tool_turn(0)
+    store.append(s.id, [*chat(2), *turn])
+    fork = store.fork(s.id, turn[2].id)  # right after the call, before its results
+    new_results = [Message.tool_result("c0a", "other a"), Message.tool_result("c0b", "other b")]
+    store.append(fork.id, new_results)
+    assert ids(store.tail(fork.id, 1)) == ids(turn[1:3] + new_results)
+
+
+# ---------------------------------------------------------------- retention
+
+
+def test_ttl_and_purge(store: BaseStore) -> None:
+    s = store.create_session(ttl=0.05)
+    keep = store.create_session()
+    store.append(s.id, chat(2))
+    time.sleep(0.1)
+    with pytest.raises(NotFound):
+        store.get_session(s.id)
+    assert store.purge_expired() >= 1
+    assert store.get_session(keep.id).id == keep.id
+    store.update_session(keep.id, ttl=timedelta(hours=1))
+    assert store.get_session(keep.id).expires_at is not None
+
+
+def test_erase_a_data_subject(store: BaseStore, png_bytes: bytes) -> None:
+    att = Attachment.from_bytes(png_bytes)
+    mine = store.create_session(user="alice", tenant="t")
+    store.append(mine.id, [Message.user("alice's", att)], tenant="t")
+    fork = store.fork(mine.id, tenant="t")
+    theirs = store.create_session(user="bob", tenant="t")
+    store.append(theirs.id, chat(1), tenant="t")
+    assert store.erase(tenant="t", user="alice") == 2
+    for sid in (mine.id, fork.id):
+        with pytest.raises(NotFound):
+            store.get_session(sid, tenant="t")
+    with pytest.raises(NotFound):
+        store.get_asset(att.sha256, tenant="t")
+    assert store.count(theirs.id, tenant="t") == 1
+
+
+# ---------------------------------------------------------------- export / import
+
+
+def test_export_import_round_trip(store: BaseStore, png_bytes: bytes) -> None:
+    s = store.create_session(metadata={"x": 1}, state={"y": 2})
+    msgs = [Message.system("s"), *tool_turn(0),
+            Message.user("img", Attachment.from_bytes(png_bytes))]
+    store.append(s.id, msgs)
+    store.mark(s.id, [msgs[1].id], KVStatus.MARKED)
+    fork = store.fork(s.id, msgs[2].id)
+    store.append(fork.id, chat(2, "f"))
+    lines = list(store.export())
+    assert lines[0].startswith(b'{"kind":"session"')
+    from chathistory.stores import MemoryStore
+
+    target = MemoryStore(counter=store.counter)
+    added = target.import_(lines, tenant="copy")
+    assert added == len(msgs) + 2
+    assert ids(target.range(s.id, tenant="copy")) == ids(msgs)
+    assert ids(target.range(fork.id, tenant="copy")) == ids(store.range(fork.id))
+    assert target.get_session(s.id, tenant="copy").state == {"y": 2}
+    assert target.get_asset(msgs[-1].attachments[0].sha256, tenant="copy") == png_bytes
+    assert target.import_(lines, tenant="copy") == 0  # idempotent
+    with pytest.raises(InvalidMessage):
+        target.import_([b'{"kind": "nonsense"}'])
+
+
+# ---------------------------------------------------------------- concurrency
+
+
+def test_concurrent_writers(store: BaseStore) -> None:
+    one = store.create_session("shared")
+    many = [store.create_session(f"own-{i}").id for i in range(16)]
+    errors: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        try:
+            for k in range(10):
+                batch = [Message.user(f"w{w} k{k}"), Message.assistant(f"w{w} k{k} reply")]
+                store.append(one.id, batch)
+                store.append(one.id, batch)  # a retry: no duplicate
+                store.append(many[w], batch)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    stored = store.range(one.id)
+    assert len(stored) == 16 * 10 * 2 == len({m.id for m in stored})
+    for w in range(16):  # each writer's messages in its own order, pairs adjacent
+        mine = [m.text for m in stored if m.text.startswith(f"w{w} ")]
+        assert mine == [t for k in range(10) for t in (f"w{w} k{k}", f"w{w} k{k} reply")]
+    assert store.get_session(one.id).version == 160
+    for sid in many:
+        assert store.count(sid) == 20
