@@ -8,7 +8,8 @@ EXPECTED = {
     "Attachment", "AudioPart", "ChatHistoryError", "Conflict", "FilePart", "History",
     "ImagePart", "InvalidMessage", "KVStatus", "Message", "MissingDependency", "NotFound",
     "Part", "Reasoning", "Role", "TextPart", "TokenCounter", "ToolCall", "ToolResult",
-    "__version__", "get_counter",
+    "__version__", "get_counter", "AsyncStore", "ContextWindow", "Session", "Store",
+    "open_async_store", "open_store",
 }
 
 

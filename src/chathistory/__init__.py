@@ -20,15 +20,20 @@ from .model import (
     ToolCall,
     ToolResult,
 )
+from .stores import Session, Store, open_store
+from .stores.aio import AsyncStore, open_async_store
 from .tokens import TokenCounter, get_counter
+from .window import ContextWindow
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncStore",
     "Attachment",
     "AudioPart",
     "ChatHistoryError",
     "Conflict",
+    "ContextWindow",
     "FilePart",
     "History",
     "ImagePart",
@@ -40,10 +45,14 @@ __all__ = [
     "Part",
     "Reasoning",
     "Role",
+    "Session",
+    "Store",
     "TextPart",
     "TokenCounter",
     "ToolCall",
     "ToolResult",
     "__version__",
     "get_counter",
+    "open_async_store",
+    "open_store",
 ]

@@ -46,7 +46,7 @@ def make_postgres(tmp_path: Path) -> BaseStore:
                              drop_schema_on_close=True)
     except ImportError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any connection failure
+    except Exception as exc:
         unavailable("PostgreSQL", exc)
         raise
 
@@ -59,7 +59,7 @@ def make_redis(tmp_path: Path) -> BaseStore:
                           flush_prefix_on_close=True)
     except ImportError:
         raise
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         unavailable("Redis", exc)
         raise
 

@@ -19,7 +19,6 @@ from chathistory import (
     NotFound,
     Reasoning,
     TextPart,
-    ToolCall,
     ToolResult,
 )
 from chathistory.stores import BaseStore
@@ -273,7 +272,7 @@ def test_pop_and_clear(store: BaseStore) -> None:
     assert store.count(s.id) == 0 and store.pop(s.id) is None
     assert store.get_session(s.id).version == version
     store.append(s.id, chat(2, "again"))
-    assert [m.text for m in store.range(s.id)][0].startswith("again")
+    assert store.range(s.id)[0].text.startswith("again")
     history = History(store.range(s.id), counter=store.counter)
     assert ids(store.window(s.id, 30)) == ids(history.by_tokens(30))
 
@@ -335,7 +334,7 @@ def test_edit_creates_a_branch(store: BaseStore) -> None:
     store.append(s.id, msgs)
     edited = Message.user("edited question")
     branch = store.edit(s.id, msgs[2].id, edited)
-    assert ids(store.range(branch.id)) == ids(msgs[:2]) + [edited.id]
+    assert ids(store.range(branch.id)) == [*ids(msgs[:2]), edited.id]
     assert ids(store.range(s.id)) == ids(msgs)
     assert {t.id for t in store.lineage(s.id)} == {s.id, branch.id}
 
@@ -424,7 +423,7 @@ def test_concurrent_writers(store: BaseStore) -> None:
                 store.append(one.id, batch)
                 store.append(one.id, batch)  # a retry: no duplicate
                 store.append(many[w], batch)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=writer, args=(w,)) for w in range(16)]

@@ -22,14 +22,17 @@ def open_store(url: str = "memory://", **options: object) -> Store:
     if scheme == "sqlite":
         from .sqlite import SQLiteStore
 
-        return SQLiteStore.from_url(url, **options)
+        store: Store = SQLiteStore.from_url(url, **options)
+        return store
     if scheme in ("postgres", "postgresql"):
         from .postgres import PostgresStore
 
-        return PostgresStore.from_url(url, **options)
+        store = PostgresStore.from_url(url, **options)
+        return store
     if scheme in ("redis", "rediss"):
         from .redis import RedisStore
 
-        return RedisStore.from_url(url, **options)
+        store = RedisStore.from_url(url, **options)
+        return store
     raise ValueError(f"unknown store URL scheme {scheme!r}: use memory://, sqlite:///path, "
                      "postgresql://..., redis://...")
