@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from itertools import pairwise
 
 import msgspec
 import pytest
@@ -50,6 +51,8 @@ names = st.none() | st.text(min_size=1, max_size=8)
 tool_names = st.sampled_from(["search", "get_weather", "run_sql", "读取文件"])
 arguments = st.dictionaries(st.text(max_size=6), st.integers() | st.text(max_size=10), max_size=3)
 custom_roles = st.sampled_from(["mcp_response", "agent", "function"])
+result_contents: st.SearchStrategy[str | list[TextPart]] = st.text(max_size=40) | st.lists(
+    texts, min_size=1, max_size=2).map(lambda ts: [TextPart(text=t) for t in ts])
 
 ACTIONS = (
     ["user"] * 3 + ["assistant"] * 2 + ["calls"] * 3 + ["results"] * 4
@@ -68,21 +71,15 @@ def _reasoning_only(draw: st.DrawFn) -> Message:
     return Message(role="assistant", parts=[reasoning]).validate()
 
 
-def _result_content(draw: st.DrawFn) -> str | list[TextPart]:
-    if draw(st.booleans()):
-        return draw(st.text(max_size=40))
-    return [TextPart(text=t) for t in draw(st.lists(texts, min_size=1, max_size=2))]
-
-
 def _results(draw: st.DrawFn, call_ids: list[str]) -> list[Message]:
     """Results for ``call_ids``: one ``tool`` message each, one custom-role message each,
     or all of them as parts of one message (Anthropic style)."""
     style = draw(st.sampled_from(["tool", "custom", "anthropic"]))
     if style == "tool":
-        return [Message.tool_result(cid, draw(_content()), draw(st.booleans()),
+        return [Message.tool_result(cid, draw(result_contents), draw(st.booleans()),
                                     name=draw(st.none() | tool_names)) for cid in call_ids]
     parts: list[ToolResult] = [
-        ToolResult(call_id=cid, content=_result_content(draw), is_error=draw(st.booleans()))
+        ToolResult(call_id=cid, content=draw(result_contents), is_error=draw(st.booleans()))
         for cid in call_ids
     ]
     if style == "custom":
@@ -90,11 +87,6 @@ def _results(draw: st.DrawFn, call_ids: list[str]) -> list[Message]:
         return [Message(role=role, parts=[p]).validate() for p in parts]
     extra: list[TextPart] = [TextPart(text=draw(texts))] if draw(st.booleans()) else []
     return [Message(role="user", parts=[*parts, *extra]).validate()]
-
-
-def _content() -> st.SearchStrategy[str | list[TextPart]]:
-    return st.text(max_size=40) | st.lists(texts, min_size=1, max_size=2).map(
-        lambda ts: [TextPart(text=t) for t in ts])
 
 
 def _user(draw: st.DrawFn) -> Message:
@@ -187,6 +179,13 @@ def _reasoning_only_ref(message: Message) -> bool:
     return bool(message.parts) and all(isinstance(p, Reasoning) for p in message.parts)
 
 
+def orphan_positions(messages: Sequence[Message]) -> set[int]:
+    """Positions of messages with a result whose call is in no earlier message."""
+    return {i for i, m in enumerate(messages)
+            if any(all(c not in _calls(earlier) for earlier in messages[:i])
+                   for c in _result_ids(m))}
+
+
 def ref_groups(messages: Sequence[Message]) -> list[tuple[int, int, bool]]:
     """Atomic groups as ``(start, end, sendable)``: merge every span that must stay
     together (a call to each of its later results; reasoning-only to the next
@@ -222,7 +221,7 @@ def pair_safety_violations(selection: Sequence[Message], full: Sequence[Message]
         if i is None or full[i] is not m:
             return [f"{m.id} is not a message of the history"]
         index.append(i)
-    for a, b in zip(index, index[1:], strict=False):
+    for a, b in pairwise(index):
         if a >= b:
             problems.append(f"out of order or repeated: {a} then {b}")
     chosen = set(index)
@@ -295,12 +294,8 @@ def total_tokens(selection: Sequence[Message], counter: TokenCounter) -> int:
     return sum(cached_count(m, counter) for m in selection) + counter.priming_tokens
 
 
-def full_cost(messages: Sequence[Message], counter: TokenCounter) -> int:
-    return total_tokens(messages, counter)
-
-
 def _snapshot(history: History) -> tuple[object, ...]:
-    budget = full_cost(history, APPROX)
+    budget = total_tokens(history, APPROX)
     return (ids(history), [id(m) for m in history], history.to_json(),
             ids(history.by_tokens(budget, APPROX)), ids(history.recent(len(history) + 1)))
 
@@ -330,6 +325,12 @@ def test_references_on_a_known_conversation() -> None:
     assert not is_pair_safe([orphan], full) and not is_pair_safe([last, user], full)
     assert ids(ref_range(full, 3, 1)) == ids(full[2:7])
     assert ids(ref_range(full, 2, 0)) == ids([last])
+    everything = total_tokens(full, APPROX)
+    assert ids(ref_by_tokens(full, everything, APPROX, False)) == ids([*full[:7], last])
+    last_two_groups = total_tokens([*full[2:7], last], APPROX)
+    assert ids(ref_by_tokens(full, last_two_groups, APPROX, False)) == ids([*full[2:7], last])
+    assert ids(ref_by_tokens(full, last_two_groups, APPROX, True)) == ids([system, last])
+    assert ref_by_tokens(full, 5, APPROX, True) == []
 
 
 # ---------------------------------------------------------------- groups
@@ -361,6 +362,33 @@ def test_widen_and_narrow_are_the_aligned_hull_and_core(messages: list[Message],
         assert got == (core_start, core_end)
     else:
         assert got[0] == got[1] and start <= got[0] <= end
+
+
+@FAST
+@given(conversations(), st.data())
+def test_groups_continued_after_a_stored_prefix_agree_with_the_whole(
+    messages: list[Message], data: st.DataObject
+) -> None:
+    """What a store does on append: continue the groups of a stored prefix from its
+    calls by position and whether it ended in reasoning, then clear the prefix's
+    boundaries from ``clear_from`` on. The result is the grouping of the whole."""
+    k = data.draw(st.integers(0, len(messages)), label="split")
+    whole = ref_groups(messages)
+    starts = {s for s, _, _ in whole}
+    orphans = orphan_positions(messages)
+    head = Groups.of(messages[:k])
+    earlier = {call_id: pos for pos, m in enumerate(messages[:k]) for call_id in _calls(m)}
+    tail = Groups(earlier_calls=earlier, prev_reasoning_only=head.ends_reasoning_only)
+    for m in messages[k:]:
+        tail.append(m)
+    for j in range(len(messages) - k):
+        assert tail.starts_group(j) == (k + j in starts), j
+        assert tail.is_orphan(j) == (k + j in orphans), j
+    cleared = len(messages) if tail.clear_from is None else tail.clear_from
+    for b in range(1, k):
+        assert (head.boundary_ok(b) and b < cleared) == (b in starts), b
+    if messages:
+        assert tail.ends_reasoning_only == _reasoning_only_ref(messages[-1])
 
 
 # ---------------------------------------------------------------- count selectors
@@ -423,7 +451,7 @@ def _check_by_tokens(messages: list[Message], history: History, budget: int,
 def test_by_tokens_fits_is_pair_safe_and_maximal(messages: list[Message], data: st.DataObject,
                                                  keep_system: bool) -> None:
     history = History(messages, counter=APPROX)
-    budget = data.draw(st.integers(0, full_cost(messages, APPROX) + 10), label="budget")
+    budget = data.draw(st.integers(0, total_tokens(messages, APPROX) + 10), label="budget")
     _check_by_tokens(messages, history, budget, APPROX, keep_system)
 
 
@@ -432,7 +460,7 @@ def test_by_tokens_fits_is_pair_safe_and_maximal(messages: list[Message], data: 
 def test_by_tokens_every_budget(messages: list[Message]) -> None:
     """Sweep all budgets on one history: catches a boundary one token off."""
     history = History(messages, counter=APPROX)
-    top = full_cost(messages, APPROX) + 2
+    top = total_tokens(messages, APPROX) + 2
     for budget in range(0, top, max(1, top // 60)):
         for keep_system in (False, True):
             _check_by_tokens(messages, history, budget, APPROX, keep_system)
@@ -445,7 +473,7 @@ def test_by_tokens_with_the_exact_default_counter(messages: list[Message], data:
     history = History(messages)  # o200k_base
     exact = get_counter("o200k_base")
     assert history.counter.name == exact.name
-    budget = data.draw(st.integers(0, full_cost(messages, exact) + 10), label="budget")
+    budget = data.draw(st.integers(0, total_tokens(messages, exact) + 10), label="budget")
     got = history.by_tokens(budget, keep_system=keep_system)
     assert ids(got) == ids(history.by_tokens(budget, exact, keep_system=keep_system))
     _check_by_tokens(messages, history, budget, exact, keep_system)
@@ -460,7 +488,7 @@ def test_selectors_return_new_lists(messages: list[Message], data: st.DataObject
     history = History(messages, counter=APPROX)
     before = _snapshot(history)
     n = data.draw(st.integers(0, len(messages) + 2), label="n")
-    budget = data.draw(st.integers(0, full_cost(messages, APPROX)), label="budget")
+    budget = data.draw(st.integers(0, total_tokens(messages, APPROX)), label="budget")
     for selection in (history.recent(n), history.range(n + 1, 0),
                       history.by_tokens(budget, APPROX),
                       history.by_tokens(budget, APPROX, keep_system=True), history.messages):
@@ -592,7 +620,7 @@ def test_messages_round_trip_one_by_one(messages: list[Message]) -> None:
 @given(conversations())
 def test_restored_history_selects_without_retokenizing(messages: list[Message]) -> None:
     history = History(messages, counter=APPROX)
-    budget = full_cost(messages, APPROX) // 2
+    budget = total_tokens(messages, APPROX) // 2
     selected = ids(history.by_tokens(budget, APPROX, keep_system=True))
     restored = History.from_json(history.to_json(), counter=APPROX)
     for m in restored:
@@ -639,7 +667,7 @@ def test_pop_replace_clear_agree_with_a_fresh_history(
         assert history.token_count(APPROX) == fresh.token_count(APPROX)
         for i, m in enumerate(history):
             assert history.index_of(m.id) == i
-        top = full_cost(history, APPROX) + 2
+        top = total_tokens(history, APPROX) + 2
         for budget in {0, 3, top // 3, top // 2, top}:
             for keep_system in (False, True):
                 assert ids(history.by_tokens(budget, APPROX, keep_system=keep_system)) == ids(

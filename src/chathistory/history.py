@@ -117,8 +117,9 @@ class History(Sequence[Message]):
     def add(self, message: Message) -> bool:
         """Append ``message`` unless its id is already here; True when appended.
 
-        The message is validated first; an invalid one raises ``InvalidMessage``
-        and changes nothing.
+        A message whose id is present is ignored (False) without a look at its
+        content: that is what makes a retried add a no-op. A new message is
+        validated first; an invalid one raises ``InvalidMessage`` and changes nothing.
         """
         if not isinstance(message, Message):
             raise InvalidMessage(f"expected a Message, got {type(message).__name__}", "$")
