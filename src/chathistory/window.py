@@ -198,7 +198,6 @@ class ContextWindow:
             "counter": self.counter.name,
             "keep_system": bool(self.keep_roles),
             "layout": [[i, s] for i, s in self._layout],
-            "evicted": sorted(self._evicted),
             "pending": list(self._pending),
         }
 
@@ -210,7 +209,8 @@ class ContextWindow:
                      keep_system=data.get("keep_system", True),
                      pin_tokens=data.get("pin_tokens"))
         window._layout = [(str(i), int(s)) for i, s in data.get("layout", [])]
-        window._evicted = set(data.get("evicted", []))
+        # Evicted messages carry MARKED/UNLOADED in their kv_status (and a store
+        # hides marked ones), so the state does not grow with every eviction.
         by_id = {m.id: m for m in history}
         window._pending = {i: by_id[i] for i in data.get("pending", []) if i in by_id}
         return window

@@ -440,3 +440,43 @@ def test_concurrent_writers(store: BaseStore) -> None:
     assert store.get_session(one.id).version == 160
     for sid in many:
         assert store.count(sid) == 20
+
+
+# ---------------------------------------------------------------- for providers
+
+
+def test_append_with_state_is_one_write(store: BaseStore) -> None:
+    s = store.create_session(state={"a": 1})
+    v = store.append(s.id, chat(2), state={"a": 2, "b": [1]})
+    got = store.get_session(s.id)
+    assert got.version == v == 1 and got.state == {"a": 2, "b": [1]}
+    with pytest.raises(InvalidMessage):
+        store.append(s.id, chat(1, "x"), state={"bad": object()})  # type: ignore[dict-item]
+    assert store.count(s.id) == 2 and store.get_session(s.id).state == {"a": 2, "b": [1]}
+
+
+def test_reject_orphans(store: BaseStore) -> None:
+    s = store.create_session()
+    store.append(s.id, [Message.user("go"), Message.assistant("", [{"id": "known", "name": "f"}])])
+    with pytest.raises(InvalidMessage, match="'ghost'") as info:
+        store.append(s.id, [Message.tool_result("known", "ok"), Message.tool_result("ghost", "x")],
+                     reject_orphans=True)
+    assert info.value.path == "$[1].parts"
+    assert store.count(s.id) == 2
+    store.append(s.id, [Message.tool_result("known", "ok")], reject_orphans=True)
+    fork = store.fork(s.id)
+    store.append(fork.id, [Message.assistant("", [{"id": "k2", "name": "f"}]),
+                           Message.tool_result("k2", "ok")], reject_orphans=True)
+
+
+def test_context_reads_head_kept_and_tail(store: BaseStore) -> None:
+    s = store.create_session()
+    msgs = [Message.system("sys"), *chat(4), Message.developer("mid-dev"), *chat(10, "x"),
+            *tool_turn(0)]
+    store.append(s.id, msgs)
+    got = store.context(s.id, head=3, tail=2)
+    expected = msgs[:3] + [msgs[5]] + msgs[-5:]  # head, the developer message, widened tail
+    assert ids(got) == ids(expected)
+    store.mark(s.id, [msgs[1].id], KVStatus.MARKED)
+    assert msgs[1].id not in ids(store.context(s.id, head=3, tail=2))
+    assert ids(store.context(s.id, head=0, tail=0)) == [msgs[0].id, msgs[5].id]

@@ -59,10 +59,16 @@ class AsyncStoreAdapter:
                                 cascade=cascade)
 
     async def append(self, session_id: str, messages: Iterable[Message], *,
-                     tenant: str = DEFAULT_TENANT, expected_version: int | None = None) -> int:
+                     tenant: str = DEFAULT_TENANT, expected_version: int | None = None,
+                     state: dict[str, Any] | None = None, reject_orphans: bool = False) -> int:
         batch = list(messages)
         return await asyncio.to_thread(self.store.append, session_id, batch, tenant=tenant,
-                                       expected_version=expected_version)
+                                       expected_version=expected_version, state=state,
+                                       reject_orphans=reject_orphans)
+
+    async def context(self, session_id: str, head: int, tail: int, *,
+                      tenant: str = DEFAULT_TENANT) -> list[Message]:
+        return await asyncio.to_thread(self.store.context, session_id, head, tail, tenant=tenant)
 
     async def tail(self, session_id: str, n: int, *, tenant: str = DEFAULT_TENANT,
                    include_marked: bool = False) -> list[Message]:

@@ -55,7 +55,10 @@ class Store(Protocol):
     def delete_session(self, session_id: str, *, tenant: str = ...,
                        cascade: bool = False) -> None: ...
     def append(self, session_id: str, messages: Iterable[Message], *, tenant: str = ...,
-               expected_version: int | None = None) -> int: ...
+               expected_version: int | None = None, state: dict[str, Any] | None = None,
+               reject_orphans: bool = False) -> int: ...
+    def context(self, session_id: str, head: int, tail: int, *,
+                tenant: str = ...) -> list[Message]: ...
     def tail(self, session_id: str, n: int, *, tenant: str = ...,
              include_marked: bool = False) -> list[Message]: ...
     def window(self, session_id: str, max_tokens: int,
@@ -316,14 +319,20 @@ class BaseStore:
     # ================================================================ appending
 
     def append(self, session_id: str, messages: Iterable[Message], *,
-               tenant: str = DEFAULT_TENANT, expected_version: int | None = None) -> int:
+               tenant: str = DEFAULT_TENANT, expected_version: int | None = None,
+               state: dict[str, Any] | None = None, reject_orphans: bool = False) -> int:
         """Append atomically; returns the session's new version.
 
         Idempotent by message id: a retried append stores nothing twice and
         returns the version of the append that stored the messages. A stale
         ``expected_version`` raises ``Conflict``; an invalid message raises
         ``InvalidMessage`` (path ``$[i]...``) and nothing is stored.
+        ``state`` replaces the session's state in the same transaction.
+        ``reject_orphans`` refuses a tool result whose ``call_id`` matches no
+        call earlier in the conversation (``InvalidMessage`` naming the id).
         """
+        if state is not None:
+            _check_json(state, "state")
         batch = _validated(messages)
         if not batch:
             return self.get_session(session_id, tenant=tenant).version
@@ -359,6 +368,13 @@ class BaseStore:
             assets: dict[str, tuple[bytes, str]] = {}
             for k, (m, t) in enumerate(fresh):
                 groups.append(m)
+                if reject_orphans and groups.is_orphan(k):
+                    unknown = next(p.call_id for p in m.tool_results
+                                   if p.call_id not in earlier and p.call_id not in groups.calls())
+                    index = batch.index(m)
+                    raise InvalidMessage(
+                        f"tool result answers call {unknown!r}, which is not earlier in the "
+                        "conversation", f"$[{index}].parts")
                 rows.append(Row(first + k, m.id, m.role, _stored_json(m, assets), t, cum,
                                 groups.starts_group(k), groups.is_orphan(k),
                                 int(m.kv_status), version))
@@ -373,7 +389,8 @@ class BaseStore:
                     joined = [*joined, [lo, session.fork_seq]]
             updated = msgspec.structs.replace(
                 session, version=version, updated_at=utcnow(), message_count=first + len(rows),
-                token_count=cum, ends_reasoning_only=groups.ends_reasoning_only, joined=joined)
+                token_count=cum, ends_reasoning_only=groups.ends_reasoning_only, joined=joined,
+                state=session.state if state is None else dict(state))
             tx.write(rows, calls, clear, updated, assets)
             return version
 
@@ -551,6 +568,49 @@ class BaseStore:
             if seq is None or seq >= hi:
                 return hi  # the tail of this segment is all that fits
         return 0
+
+    def context(self, session_id: str, head: int, tail: int, *,
+                tenant: str = DEFAULT_TENANT) -> list[Message]:
+        """What a context window keeps of a session, in order: the first ``head``
+        positions, every system and developer message, and the newest ``tail``
+        messages (widened to whole groups); marked ones and orphans left out.
+        Indexed reads only: the cost does not grow with the session's length."""
+        session = self.get_session(session_id, tenant=tenant)
+        rows: dict[int, Row] = {}
+        if head > 0:
+            n = session.message_count
+            end = min(head, n)
+            first = self._read(session, 0, end)
+            while end < n:  # a group that crosses the head's end is read whole
+                more = self._read(session, end, min(n, end + 16))
+                k = 0
+                while k < len(more) and not more[k].cut_ok:
+                    k += 1
+                first += more[:k]
+                end += k
+                if k < len(more):
+                    break
+            i = 0
+            while i < len(first):
+                j = i + 1
+                while j < len(first) and not first[j].cut_ok:
+                    j += 1
+                if _usable(first[i:j], False):
+                    rows.update((r.seq, r) for r in first[i:j])
+                i = j
+        for r in self._kept_rows(session):
+            if _usable([r], False):
+                rows[r.seq] = r
+        count = 0
+        if tail > 0:
+            for group in self._groups_backward(session, max(0, session.message_count - tail - 1)):
+                if not _usable(group, False):
+                    continue
+                rows.update((r.seq, r) for r in group)
+                count += len(group)
+                if count >= tail:
+                    break
+        return self._decode([rows[k] for k in sorted(rows)])
 
     def range(self, session_id: str, start: int = 0, stop: int | None = None, *,
               tenant: str = DEFAULT_TENANT, include_marked: bool = True) -> list[Message]:
