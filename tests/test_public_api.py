@@ -9,7 +9,7 @@ EXPECTED = {
     "ImagePart", "InvalidMessage", "KVStatus", "Message", "MissingDependency", "NotFound",
     "Part", "Reasoning", "Role", "TextPart", "TokenCounter", "ToolCall", "ToolResult",
     "__version__", "get_counter", "AsyncStore", "ContextWindow", "Session", "Store",
-    "open_async_store", "open_store",
+    "open_async_store", "open_store", "HistoryProvider", "ProviderConflict",
 }
 
 

@@ -20,6 +20,7 @@ from .model import (
     ToolCall,
     ToolResult,
 )
+from .provider import HistoryProvider, ProviderConflict
 from .stores import Session, Store, open_store
 from .stores.aio import AsyncStore, open_async_store
 from .tokens import TokenCounter, get_counter
@@ -36,6 +37,7 @@ __all__ = [
     "ContextWindow",
     "FilePart",
     "History",
+    "HistoryProvider",
     "ImagePart",
     "InvalidMessage",
     "KVStatus",
@@ -43,6 +45,7 @@ __all__ = [
     "MissingDependency",
     "NotFound",
     "Part",
+    "ProviderConflict",
     "Reasoning",
     "Role",
     "Session",

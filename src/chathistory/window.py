@@ -64,6 +64,9 @@ class WindowPlan(msgspec.Struct, kw_only=True):
     """Messages that left the window this turn (now ``MARKED``)."""
     total_tokens: int
     """Prompt tokens, the reply priming included."""
+    head_count: int = 0
+    """How many messages at the start of the prompt are the window's fixed head
+    (system and developer messages and the pinned head) rather than its tail."""
     cache_breakpoint_id: str | None = None
     """Where to put a provider cache breakpoint (Anthropic ``cache_control``): the
     last message, since with hysteresis the whole prompt is the next turn's prefix."""
@@ -145,6 +148,12 @@ class ContextWindow:
             m.kv_start = -1
             evicted.add(m.id)
             self._pending[m.id] = m
+        head_ids = {id(rest[i]) for i in range(head)}
+        head_count = 0
+        for m in prompt:
+            if m.role not in self.keep_roles and id(m) not in head_ids:
+                break
+            head_count += 1
         reused = self._place(prompt, sizes)
         used = total - counter.priming_tokens
         return WindowPlan(
@@ -153,6 +162,7 @@ class ContextWindow:
             new_tokens=used - reused,
             evicted_ids=[m.id for m in left],
             total_tokens=total,
+            head_count=head_count,
             cache_breakpoint_id=prompt[-1].id if prompt else None,
         )
 

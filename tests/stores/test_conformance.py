@@ -475,7 +475,7 @@ def test_context_reads_head_kept_and_tail(store: BaseStore) -> None:
             *tool_turn(0)]
     store.append(s.id, msgs)
     got = store.context(s.id, head=3, tail=2)
-    expected = msgs[:3] + [msgs[5]] + msgs[-5:]  # head, the developer message, widened tail
+    expected = [*msgs[:3], msgs[5], *msgs[-5:]]  # head, the developer message, widened tail
     assert ids(got) == ids(expected)
     store.mark(s.id, [msgs[1].id], KVStatus.MARKED)
     assert msgs[1].id not in ids(store.context(s.id, head=3, tail=2))
