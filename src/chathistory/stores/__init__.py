@@ -29,7 +29,7 @@ def open_store(url: str = "memory://", **options: object) -> Store:
 
         store = PostgresStore.from_url(url, **options)
         return store
-    if scheme in ("redis", "rediss"):
+    if scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
         from .redis import RedisStore
 
         store = RedisStore.from_url(url, **options)

@@ -49,8 +49,11 @@ class _Txn:
             for seq in range(clear[0], clear[1]):
                 if 0 <= seq - base < len(own):
                     own[seq - base] = own[seq - base]._replace(cut_ok=False)
+        kept = s._kept.setdefault(self.key, [])
         for row in rows:
             index[row.id] = len(own)
+            if row.role in _KEPT:
+                kept.append(len(own))
             own.append(row)
         s._calls.setdefault(self.key, {}).update(calls)
         tenant_assets = s._assets.setdefault(self.key[0], {})
@@ -73,6 +76,7 @@ class MemoryStore(BaseStore):
         self._overrides: dict[Key, dict[int, int]] = {}
         self._assets: dict[str, dict[str, tuple[bytes, str]]] = {}
         self._refs: dict[Key, set[str]] = {}
+        self._kept: dict[Key, list[int]] = {}  # indexes of own system/developer rows
 
     # sessions
     def _b_insert_session(self, session: Session) -> None:
@@ -118,7 +122,7 @@ class MemoryStore(BaseStore):
         with self._lock:
             key = (tenant, session_id)
             for table in (self._sessions, self._rows, self._ids, self._calls, self._overrides,
-                          self._refs):
+                          self._refs, self._kept):
                 table.pop(key, None)
 
     # messages
@@ -153,7 +157,9 @@ class MemoryStore(BaseStore):
 
     def _b_kept_rows(self, tenant: str, session_id: str, hi: int) -> list[Row]:
         with self._lock:
-            return [r for r in self._own(tenant, session_id) if r.role in _KEPT and r.seq < hi]
+            own = self._own(tenant, session_id)
+            return [own[i] for i in self._kept.get((tenant, session_id), [])
+                    if i < len(own) and own[i].seq < hi and own[i].role in _KEPT]
 
     def _b_row_by_id(self, tenant: str, session_id: str, message_id: str) -> Row | None:
         with self._lock:
@@ -194,6 +200,7 @@ class MemoryStore(BaseStore):
                 keep = max(0, seq - own[0].seq)
                 del own[keep:]
                 self._ids[key] = {r.id: i for i, r in enumerate(own)}
+                self._kept[key] = [i for i in self._kept.get(key, []) if i < len(own)]
             self._calls[key] = {c: s for c, s in self._calls.get(key, {}).items() if s < seq}
             if seq == 0:
                 self._overrides.pop(key, None)

@@ -1,0 +1,720 @@
+"""The engine every backend shares: sessions, appends and reads.
+
+``Store`` is the public protocol. ``BaseStore`` implements it once on top of a
+few backend primitives (the ``_b_*`` methods), so that the rules (idempotent
+appends, optimistic concurrency, pair-safe reads, forks that share their
+prefix, retention) live here and each backend only moves rows. Backends are
+written on their natural (sync) side; ``chathistory.stores.aio`` adapts any
+of them to ``AsyncStore``.
+
+Every method takes ``tenant``; sessions are keyed by ``(tenant, session_id)``,
+so one tenant can never name another's session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import msgspec
+
+from ..errors import Conflict, InvalidMessage, NotFound
+from ..groups import Groups
+from ..model import KVStatus, Message, ToolCall, ToolResult, new_id
+from ..model.codec import _strip_part, encode
+from ..tokens import TokenCounter, cached_count, get_counter
+from .model import DEFAULT_TENANT, Page, Row, Session, utcnow
+from .protocol import AppendTxn
+
+__all__ = ["Engine"]
+
+_KEPT = frozenset({"system", "developer"})
+_message_decoder = msgspec.json.Decoder(Message)
+T = TypeVar("T")
+
+
+
+def _ttl_deadline(ttl: timedelta | float | None) -> datetime | None:
+    if ttl is None:
+        return None
+    seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
+    if seconds <= 0:
+        raise ValueError("ttl must be positive")
+    return utcnow() + timedelta(seconds=seconds)
+
+
+def _check_id(value: str, field: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > 200:
+        raise InvalidMessage(f"{field} must be a non-empty string of at most 200 characters",
+                             f"$.{field}")
+    return value
+
+
+class Engine:
+    """The engine; ``BaseStore`` adds the lifecycle (branches, retention, export)
+    and a backend subclasses that, implementing the ``_b_*`` primitives."""
+
+    def __init__(self, counter: str | TokenCounter | None = None) -> None:
+        self.counter: TokenCounter = get_counter(counter)
+
+    # ================================================================ backend primitives
+
+    def _b_insert_session(self, session: Session) -> None:
+        """Insert; raise ``Conflict`` when ``(tenant, id)`` exists."""
+        raise NotImplementedError
+
+    def _b_get_session(self, tenant: str, session_id: str) -> Session | None:
+        raise NotImplementedError
+
+    def _b_save_session(self, session: Session, expected_version: int) -> bool:
+        """Replace the stored session if its version is still ``expected_version``."""
+        raise NotImplementedError
+
+    def _b_list_sessions(self, tenant: str, after: tuple[str, str] | None, limit: int,
+                         user: str | None) -> list[Session]:
+        """Sessions of ``tenant`` ordered by ``(created_at ISO string, id)``, after ``after``."""
+        raise NotImplementedError
+
+    def _b_children(self, tenant: str, session_id: str) -> list[Session]:
+        """Sessions forked directly from this one."""
+        raise NotImplementedError
+
+    def _b_tree(self, tenant: str, root_id: str) -> list[Session]:
+        """Every session whose ``root_id`` is ``root_id``."""
+        raise NotImplementedError
+
+    def _b_delete_session(self, tenant: str, session_id: str) -> None:
+        """Delete the session, its own rows, calls, status overrides and asset references."""
+        raise NotImplementedError
+
+    def _b_append(self, tenant: str, session_id: str, fn: Callable[[AppendTxn], T]) -> T:
+        """Run ``fn`` in a transaction on the session (retrying it on a write race)."""
+        raise NotImplementedError
+
+    def _b_rows(self, tenant: str, session_id: str, lo: int, hi: int) -> list[Row]:
+        """Own rows with ``lo <= seq < hi``, ascending."""
+        raise NotImplementedError
+
+    def _b_tail_rows(self, tenant: str, session_id: str, hi: int, n: int) -> list[Row]:
+        """The last ``n`` own rows with ``seq < hi``, ascending."""
+        raise NotImplementedError
+
+    def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:
+        """Smallest own seq whose ``cum_before >= cum``, or None."""
+        raise NotImplementedError
+
+    def _b_kept_rows(self, tenant: str, session_id: str, hi: int) -> list[Row]:
+        """Own rows with role system or developer and ``seq < hi``, ascending."""
+        raise NotImplementedError
+
+    def _b_row_by_id(self, tenant: str, session_id: str, message_id: str) -> Row | None:
+        raise NotImplementedError
+
+    def _b_find_calls(self, tenant: str, session_id: str, call_ids: Sequence[str],
+                      hi: int) -> dict[str, int]:
+        """Of ``call_ids``, calls made by own rows with ``seq < hi``: id -> seq."""
+        raise NotImplementedError
+
+    def _b_set_status(self, tenant: str, session_id: str, seqs: Sequence[int], status: int,
+                      overrides: Sequence[int]) -> None:
+        """Set the status of own rows at ``seqs``, and record overrides for the
+        inherited positions ``overrides`` (rows of an ancestor)."""
+        raise NotImplementedError
+
+    def _b_overrides(self, tenant: str, session_id: str) -> dict[int, int]:
+        """Status overrides this session recorded for inherited positions."""
+        raise NotImplementedError
+
+    def _b_truncate(self, tenant: str, session_id: str, seq: int, session: Session,
+                    expected_version: int) -> bool:
+        """Delete own rows (and their calls) with ``seq >= seq`` and save ``session``,
+        if the stored version is still ``expected_version``."""
+        raise NotImplementedError
+
+    def _b_get_asset(self, tenant: str, sha256: str) -> bytes | None:
+        raise NotImplementedError
+
+    def _b_gc_assets(self, tenant: str) -> int:
+        """Delete the tenant's assets no session references; return how many."""
+        raise NotImplementedError
+
+    def _b_expired(self, now: datetime) -> list[tuple[str, str]]:
+        """(tenant, id) of sessions whose ``expires_at`` is past."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release connections."""
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ================================================================ sessions
+
+    def create_session(self, session_id: str | None = None, *, tenant: str = DEFAULT_TENANT,
+                       user: str | None = None, metadata: dict[str, Any] | None = None,
+                       state: dict[str, Any] | None = None,
+                       ttl: timedelta | float | None = None) -> Session:
+        """A new empty session; ``Conflict`` when the id is taken in this tenant."""
+        sid = _check_id(session_id or new_id(), "session_id")
+        _check_id(tenant, "tenant")
+        now = utcnow()
+        session = Session(id=sid, tenant=tenant, user=user, metadata=dict(metadata or {}),
+                          state=dict(state or {}), created_at=now, updated_at=now,
+                          expires_at=_ttl_deadline(ttl), root_id=sid)
+        _check_json(session.metadata, "metadata")
+        _check_json(session.state, "state")
+        self._b_insert_session(session)
+        return session
+
+    def get_session(self, session_id: str, *, tenant: str = DEFAULT_TENANT) -> Session:
+        """The session; ``NotFound`` when unknown or expired."""
+        session = self._b_get_session(tenant, session_id)
+        if session is None or session.is_expired():
+            raise NotFound(f"no session {session_id!r}")
+        return session
+
+    def list_sessions(self, *, tenant: str = DEFAULT_TENANT, user: str | None = None,
+                      metadata: Mapping[str, Any] | None = None, limit: int = 50,
+                      cursor: str | None = None) -> Page[Session]:
+        """Sessions oldest first, ``limit`` at a time; pass ``next_cursor`` for more.
+        ``metadata`` keeps sessions whose metadata has those keys with those values."""
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        after = _parse_cursor(cursor)
+        out: list[Session] = []
+        now = utcnow()
+        while len(out) < limit:
+            batch = self._b_list_sessions(tenant, after, limit, user)
+            for s in batch:
+                after = (s.created_at.isoformat(), s.id)
+                if s.is_expired(now):
+                    continue
+                if metadata and any(s.metadata.get(k) != v for k, v in metadata.items()):
+                    continue
+                out.append(s)
+                if len(out) == limit:
+                    break
+            if len(batch) < limit:
+                return Page(items=out, next_cursor=None)
+        last = out[-1]
+        return Page(items=out, next_cursor=f"{last.created_at.isoformat()}|{last.id}")
+
+    def update_session(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
+                       metadata: dict[str, Any] | None = None,
+                       state: dict[str, Any] | None = None,
+                       ttl: timedelta | float | None = None,
+                       expected_version: int | None = None) -> Session:
+        """Replace metadata and/or state (whole dicts) or the TTL; bumps the version."""
+        if metadata is not None:
+            _check_json(metadata, "metadata")
+        if state is not None:
+            _check_json(state, "state")
+        for _ in range(100):
+            current = self.get_session(session_id, tenant=tenant)
+            if expected_version is not None and current.version != expected_version:
+                raise Conflict(f"session {session_id!r} is at version {current.version}, "
+                               f"not {expected_version}")
+            changes: dict[str, Any] = {"version": current.version + 1, "updated_at": utcnow()}
+            if metadata is not None:
+                changes["metadata"] = dict(metadata)
+            if state is not None:
+                changes["state"] = dict(state)
+            if ttl is not None:
+                changes["expires_at"] = _ttl_deadline(ttl)
+            updated = msgspec.structs.replace(current, **changes)
+            if self._b_save_session(updated, current.version):
+                return updated
+        raise Conflict(f"session {session_id!r} kept changing; try again")
+
+    def delete_session(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
+                       cascade: bool = False) -> None:
+        """Delete a session and its messages. Forks share its messages: deleting a
+        session that has forks needs ``cascade=True``, which deletes them too."""
+        self.get_session(session_id, tenant=tenant)
+        children = self._b_children(tenant, session_id)
+        if children and not cascade:
+            raise Conflict(f"session {session_id!r} has {len(children)} fork(s) sharing its "
+                           "messages; pass cascade=True to delete them too")
+        for child in children:
+            self.delete_session(child.id, tenant=tenant, cascade=True)
+        self._b_delete_session(tenant, session_id)
+        self._b_gc_assets(tenant)
+
+    # ================================================================ appending
+
+    def append(self, session_id: str, messages: Iterable[Message], *,
+               tenant: str = DEFAULT_TENANT, expected_version: int | None = None,
+               state: dict[str, Any] | None = None, reject_orphans: bool = False) -> int:
+        """Append atomically; returns the session's new version.
+
+        Idempotent by message id: a retried append stores nothing twice and
+        returns the version of the append that stored the messages. A stale
+        ``expected_version`` raises ``Conflict``; an invalid message raises
+        ``InvalidMessage`` (path ``$[i]...``) and nothing is stored.
+        ``state`` replaces the session's state in the same transaction.
+        ``reject_orphans`` refuses a tool result whose ``call_id`` matches no
+        call earlier in the conversation (``InvalidMessage`` naming the id).
+        """
+        if state is not None:
+            _check_json(state, "state")
+        batch = _validated(messages)
+        if not batch:
+            return self.get_session(session_id, tenant=tenant).version
+        counter = self.counter
+        tokens = [cached_count(m, counter) for m in batch]  # outside the transaction
+
+        def run(tx: AppendTxn) -> int:
+            session = tx.session
+            if session is None or session.is_expired():
+                raise NotFound(f"no session {session_id!r}")
+            ids = [m.id for m in batch]
+            existing = tx.existing(ids)
+            inherited = self._inherited_ids(session, [i for i in ids if i not in existing])
+            if len(existing) + len(inherited) == len(ids):
+                return max(existing.values(), default=session.version)
+            if expected_version is not None and expected_version != session.version:
+                raise Conflict(f"session {session_id!r} is at version {session.version}, "
+                               f"not {expected_version}")
+            fresh = [(m, t) for m, t in zip(batch, tokens, strict=True)
+                     if m.id not in existing and m.id not in inherited]
+            own_calls = {p.id for m, _ in fresh for p in m.parts if type(p) is ToolCall}
+            wanted = sorted({p.call_id for m, _ in fresh for p in m.parts
+                             if type(p) is ToolResult and p.call_id not in own_calls})
+            earlier = tx.calls(wanted) if wanted else {}
+            missing = [c for c in wanted if c not in earlier]
+            if missing and session.parent_id is not None:
+                earlier.update(self._inherited_calls(session, missing))
+            groups = Groups(earlier_calls=earlier, prev_reasoning_only=session.ends_reasoning_only)
+            version = session.version + 1
+            first = session.message_count
+            cum = session.token_count
+            rows: list[Row] = []
+            assets: dict[str, tuple[bytes, str]] = {}
+            for k, (m, t) in enumerate(fresh):
+                groups.append(m)
+                if reject_orphans and groups.is_orphan(k):
+                    unknown = next(p.call_id for p in m.tool_results
+                                   if p.call_id not in earlier and p.call_id not in groups.calls())
+                    index = batch.index(m)
+                    raise InvalidMessage(
+                        f"tool result answers call {unknown!r}, which is not earlier in the "
+                        "conversation", f"$[{index}].parts")
+                rows.append(Row(first + k, m.id, m.role, _stored_json(m, assets), t, cum,
+                                groups.starts_group(k), groups.is_orphan(k),
+                                int(m.kv_status), version))
+                cum += t
+            calls = {cid: first + k for cid, k in groups.calls().items()}
+            clear: tuple[int, int] | None = None
+            joined = session.joined
+            if groups.clear_from is not None:
+                lo = groups.clear_from
+                clear = (max(lo, session.fork_seq), first)
+                if lo < session.fork_seq:
+                    joined = [*joined, [lo, session.fork_seq]]
+            updated = msgspec.structs.replace(
+                session, version=version, updated_at=utcnow(), message_count=first + len(rows),
+                token_count=cum, ends_reasoning_only=groups.ends_reasoning_only, joined=joined,
+                state=session.state if state is None else dict(state))
+            tx.write(rows, calls, clear, updated, assets)
+            return version
+
+        return self._b_append(tenant, session_id, run)
+
+    # ================================================================ lineage
+
+    def _segments(self, session: Session) -> list[tuple[Session, int, int]]:
+        """``(owner, lo, hi)`` for each stretch of positions, newest first: the
+        session's own rows, then each ancestor's rows below the fork point."""
+        out: list[tuple[Session, int, int]] = []
+        current, hi = session, session.message_count
+        while True:
+            lo = current.fork_seq if current.parent_id is not None else 0
+            if hi > lo:
+                out.append((current, lo, hi))
+            if current.parent_id is None or lo == 0:
+                return out
+            parent = self._b_get_session(current.tenant, current.parent_id)
+            if parent is None:
+                raise NotFound(f"session {current.id!r} lost its parent {current.parent_id!r}")
+            current, hi = parent, lo
+
+    def _inherited_ids(self, session: Session, ids: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        for owner, lo, hi in self._segments(session) if ids else []:
+            if owner.id == session.id:
+                continue
+            for i in ids:
+                row = self._b_row_by_id(owner.tenant, owner.id, i)
+                if row is not None and lo <= row.seq < hi:
+                    found.add(i)
+        return found
+
+    def _inherited_calls(self, session: Session, call_ids: Sequence[str]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for owner, _lo, hi in self._segments(session):
+            if owner.id == session.id:
+                continue
+            rest = [c for c in call_ids if c not in found]
+            if not rest:
+                break
+            found.update(self._b_find_calls(owner.tenant, owner.id, rest, hi))
+        return found
+
+    def _chain_fixups(self, segments: list[tuple[Session, int, int]]
+                      ) -> list[tuple[dict[int, int], list[list[int]]]]:
+        """For each segment, the status overrides and joined ranges that sessions
+        nearer the reader recorded over it (nearest first)."""
+        fixes: list[tuple[dict[int, int], list[list[int]]]] = []
+        overrides: list[dict[int, int]] = []
+        joined: list[list[int]] = []
+        for owner, _lo, _hi in segments:
+            merged: dict[int, int] = {}
+            for o in reversed(overrides):  # nearest wins: apply farthest first
+                merged.update(o)
+            fixes.append((merged, list(joined)))
+            if owner.parent_id is not None and owner.fork_seq:
+                overrides.append(self._b_overrides(owner.tenant, owner.id))
+                joined.extend(owner.joined)
+        return fixes
+
+    def _read(self, session: Session, lo: int, hi: int) -> list[Row]:
+        """Rows at positions ``[lo, hi)`` as this session sees them, ascending."""
+        segments = self._segments(session)
+        fixes = self._chain_fixups(segments)
+        out: list[Row] = []
+        for (owner, s_lo, s_hi), (overrides, joined) in zip(segments, fixes, strict=True):
+            a, b = max(lo, s_lo), min(hi, s_hi)
+            if a >= b:
+                continue
+            rows = self._b_rows(owner.tenant, owner.id, a, b)
+            if overrides or joined:
+                rows = [_fix(r, overrides, joined) for r in rows]
+            out[:0] = rows
+        return out
+
+    def _groups_backward(self, session: Session, first_lo: int | None = None
+                         ) -> Iterator[list[Row]]:
+        """Whole groups, newest first, read in growing batches."""
+        hi = session.message_count
+        batch = 64
+        lo = max(0, hi - batch) if first_lo is None else max(0, min(first_lo, hi - 1))
+        pending: list[Row] = []
+        while hi > 0:
+            seq = self._read(session, lo, hi) + pending
+            i = len(seq)
+            while i > 0:
+                j = i - 1
+                while j > 0 and not seq[j].cut_ok:
+                    j -= 1
+                if not seq[j].cut_ok and lo > 0:
+                    break  # this group starts before the batch: read further back
+                yield seq[j:i]
+                i = j
+            pending = seq[:i]
+            hi, batch = lo, batch * 2
+            lo = max(0, hi - batch)
+
+    # ================================================================ reading
+
+    def tail(self, session_id: str, n: int, *, tenant: str = DEFAULT_TENANT,
+             include_marked: bool = False) -> list[Message]:
+        """The newest ``n`` messages, widened to whole groups (a tool call comes with
+        its results); marked and unloaded messages are left out unless asked for."""
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        session = self.get_session(session_id, tenant=tenant)
+        chosen: list[Row] = []
+        count = 0
+        if n:
+            for group in self._groups_backward(session, max(0, session.message_count - n - 1)):
+                if not _usable(group, include_marked):
+                    continue
+                chosen[:0] = group
+                count += len(group)
+                if count >= n:
+                    break
+        return self._decode(chosen)
+
+    def window(self, session_id: str, max_tokens: int,
+               counter: str | TokenCounter | None = None, *, tenant: str = DEFAULT_TENANT,
+               keep_system: bool = False) -> list[Message]:
+        """The newest messages within ``max_tokens`` (reply priming included), whole
+        groups only, never over the budget. With the store's own counter this is an
+        indexed read of stored counts; another counter counts what it reads."""
+        if max_tokens < 0:
+            raise ValueError("max_tokens must be >= 0")
+        session = self.get_session(session_id, tenant=tenant)
+        c = self.counter if counter is None else get_counter(counter)
+        own = c.name == self.counter.name
+        budget = max_tokens - c.priming_tokens
+        kept: list[Row] = []
+        if keep_system:
+            kept = [r for r in self._kept_rows(session) if _usable([r], False)]
+            budget -= sum(self._cost(r, c, own) for r in kept)
+        if budget < 0:
+            return []
+        kept_seqs = {r.seq for r in kept}
+        first_lo = self._seq_at_cum(session, session.token_count - budget) if own else None
+        chosen: list[Row] = []
+        for group in self._groups_backward(session, None if first_lo is None else first_lo - 1):
+            if not _usable(group, False):
+                continue
+            cost = sum(self._cost(r, c, own) for r in group if r.seq not in kept_seqs)
+            if cost > budget:
+                break
+            budget -= cost
+            chosen[:0] = group
+        chosen_seqs = {r.seq for r in chosen}
+        rows = sorted([r for r in kept if r.seq not in chosen_seqs] + chosen, key=lambda r: r.seq)
+        return self._decode(rows)
+
+    def _cost(self, row: Row, counter: TokenCounter, own: bool) -> int:
+        if own:
+            return row.tokens
+        return cached_count(_message_decoder.decode(row.data), counter)
+
+    def _kept_rows(self, session: Session) -> list[Row]:
+        out: list[Row] = []
+        segments = self._segments(session)
+        for (owner, lo, hi), (overrides, joined) in zip(segments, self._chain_fixups(segments),
+                                                       strict=True):
+            rows = [r for r in self._b_kept_rows(owner.tenant, owner.id, hi) if r.seq >= lo]
+            out[:0] = [_fix(r, overrides, joined) for r in rows]
+        return out
+
+    def _seq_at_cum(self, session: Session, cum: int) -> int | None:
+        if cum <= 0:
+            return 0
+        for owner, lo, hi in self._segments(session):
+            seq = self._b_seq_at_cum(owner.tenant, owner.id, cum)
+            if seq is not None and lo <= seq < hi:
+                return seq
+            if seq is None or seq >= hi:
+                return hi  # the tail of this segment is all that fits
+        return 0
+
+    def context(self, session_id: str, head: int, tail: int, *,
+                tenant: str = DEFAULT_TENANT) -> list[Message]:
+        """What a context window keeps of a session, in order: the first ``head``
+        positions, every system and developer message, and the newest ``tail``
+        messages (widened to whole groups); marked ones and orphans left out.
+        Indexed reads only: the cost does not grow with the session's length."""
+        session = self.get_session(session_id, tenant=tenant)
+        rows: dict[int, Row] = {}
+        if head > 0:
+            n = session.message_count
+            end = min(head, n)
+            first = self._read(session, 0, end)
+            while end < n:  # a group that crosses the head's end is read whole
+                more = self._read(session, end, min(n, end + 16))
+                k = 0
+                while k < len(more) and not more[k].cut_ok:
+                    k += 1
+                first += more[:k]
+                end += k
+                if k < len(more):
+                    break
+            i = 0
+            while i < len(first):
+                j = i + 1
+                while j < len(first) and not first[j].cut_ok:
+                    j += 1
+                if _usable(first[i:j], False):
+                    rows.update((r.seq, r) for r in first[i:j])
+                i = j
+        for r in self._kept_rows(session):
+            if _usable([r], False):
+                rows[r.seq] = r
+        count = 0
+        if tail > 0:
+            for group in self._groups_backward(session, max(0, session.message_count - tail - 1)):
+                if not _usable(group, False):
+                    continue
+                rows.update((r.seq, r) for r in group)
+                count += len(group)
+                if count >= tail:
+                    break
+        return self._decode([rows[k] for k in sorted(rows)])
+
+    def range(self, session_id: str, start: int = 0, stop: int | None = None, *,
+              tenant: str = DEFAULT_TENANT, include_marked: bool = True) -> list[Message]:
+        """Messages at positions ``[start, stop)`` (0 = oldest), widened to whole
+        groups; orphan results are left out, and marked ones unless asked for."""
+        session = self.get_session(session_id, tenant=tenant)
+        n = session.message_count
+        stop = n if stop is None else min(stop, n)
+        if start < 0 or stop < start:
+            raise ValueError("need 0 <= start <= stop")
+        if start == stop:
+            return []
+        rows = self._read(session, max(0, start - 64), min(n, stop + 64))
+        by_seq = {r.seq: i for i, r in enumerate(rows)}
+        a, b = by_seq[start], by_seq[stop - 1] + 1
+        while a > 0 and not rows[a].cut_ok:
+            a -= 1
+        while b < len(rows) and not rows[b].cut_ok:
+            b += 1
+        if (a == 0 and rows[0].seq > 0 and not rows[0].cut_ok) or (
+                b == len(rows) and rows[-1].seq < n - 1):
+            rows = self._read(session, 0, n)  # a group longer than the margin: read it all
+            a, b = start, stop
+            while a > 0 and not rows[a].cut_ok:
+                a -= 1
+            while b < len(rows) and not rows[b].cut_ok:
+                b += 1
+        selected = rows[a:b]
+        out: list[Row] = []
+        i = 0
+        while i < len(selected):
+            j = i + 1
+            while j < len(selected) and not selected[j].cut_ok:
+                j += 1
+            if _usable(selected[i:j], include_marked):
+                out.extend(selected[i:j])
+            i = j
+        return self._decode(out)
+
+    def get(self, session_id: str, message_id: str, *, tenant: str = DEFAULT_TENANT) -> Message:
+        """One message by id; ``NotFound`` when it is not in this session."""
+        row = self._find_row(self.get_session(session_id, tenant=tenant), message_id)
+        if row is None:
+            raise NotFound(f"no message {message_id!r} in session {session_id!r}")
+        return self._decode([row])[0]
+
+    def _find_row(self, session: Session, message_id: str) -> Row | None:
+        segments = self._segments(session)
+        for (owner, lo, hi), (overrides, joined) in zip(segments, self._chain_fixups(segments),
+                                                       strict=True):
+            row = self._b_row_by_id(owner.tenant, owner.id, message_id)
+            if row is not None and lo <= row.seq < hi:
+                return _fix(row, overrides, joined)
+        return None
+
+    def count(self, session_id: str, *, tenant: str = DEFAULT_TENANT) -> int:
+        """Messages in the session (marked ones included)."""
+        return self.get_session(session_id, tenant=tenant).message_count
+
+    def _decode(self, rows: Sequence[Row]) -> list[Message]:
+        out = []
+        for r in rows:
+            m = _message_decoder.decode(r.data)
+            if int(m.kv_status) != r.status:
+                m.kv_status = KVStatus(r.status)
+            out.append(m)
+        return out
+
+    def get_asset(self, sha256: str, *, tenant: str = DEFAULT_TENANT) -> bytes:
+        """The bytes of an attachment stored by this tenant's messages."""
+        data = self._b_get_asset(tenant, sha256)
+        if data is None:
+            raise NotFound(f"no asset {sha256!r}")
+        return data
+
+    def resolve(self, messages: Sequence[Message], *, tenant: str = DEFAULT_TENANT
+                ) -> list[Message]:
+        """Copies of ``messages`` with attachment bytes filled in from the asset storage."""
+        from ..model.codec import _attach
+
+        cache: dict[str, Any] = {}
+        assets = _AssetLookup(self, tenant)
+        out = []
+        for m in messages:
+            if m.has_media:
+                m = msgspec.structs.replace(m, parts=[_attach(p, assets, cache) for p in m.parts])
+            out.append(m)
+        return out
+
+
+# ==================================================================== helpers
+
+
+class _AssetLookup(Mapping[str, bytes]):
+    """A lazy ``sha256 -> bytes`` view of a tenant's assets (for ``_attach``)."""
+
+    def __init__(self, store: Engine, tenant: str) -> None:
+        self.store, self.tenant = store, tenant
+        self._cache: dict[str, bytes | None] = {}
+
+    def _load(self, key: str) -> bytes | None:
+        if key not in self._cache:
+            self._cache[key] = self.store._b_get_asset(self.tenant, key)
+        return self._cache[key]
+
+    def __getitem__(self, key: str) -> bytes:
+        data = self._load(key)
+        if data is None:
+            raise KeyError(key)
+        return data
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._load(key) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(k for k, v in self._cache.items() if v is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for v in self._cache.values() if v is not None)
+
+
+def _fix(row: Row, overrides: Mapping[int, int], joined: Sequence[Sequence[int]]) -> Row:
+    status = overrides.get(row.seq, row.status)
+    cut_ok = row.cut_ok and not any(lo <= row.seq < hi for lo, hi in joined)
+    if status == row.status and cut_ok == row.cut_ok:
+        return row
+    return row._replace(status=status, cut_ok=cut_ok)
+
+
+def _usable(group: Sequence[Row], include_marked: bool) -> bool:
+    loaded = int(KVStatus.LOADED)
+    return not any(r.orphan or (not include_marked and r.status != loaded) for r in group)
+
+
+def _parse_cursor(cursor: str | None) -> tuple[str, str] | None:
+    if not cursor:
+        return None
+    created, sep, sid = cursor.partition("|")
+    if not sep:
+        raise ValueError(f"bad cursor {cursor!r}")
+    return created, sid
+
+
+def _check_json(value: object, field: str) -> None:
+    if not isinstance(value, dict):
+        raise InvalidMessage(f"{field} must be a JSON object", f"$.{field}")
+    try:
+        msgspec.json.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessage(f"{field} is not JSON-serializable: {exc}", f"$.{field}") from None
+
+
+def _validated(messages: Iterable[Message]) -> list[Message]:
+    batch: list[Message] = []
+    seen: set[str] = set()
+    for i, m in enumerate(messages):
+        if not isinstance(m, Message):
+            raise InvalidMessage(f"expected a Message, got {type(m).__name__}", f"$[{i}]")
+        try:
+            m.validate()
+        except InvalidMessage as exc:
+            raise exc.under(f"$[{i}]") from None
+        if m.id not in seen:
+            seen.add(m.id)
+            batch.append(m)
+    return batch
+
+
+def _stored_json(message: Message, assets: dict[str, tuple[bytes, str]]) -> bytes:
+    """The message's JSON with attachment bytes moved into ``assets``."""
+    if message.has_media:
+        found: dict[str, bytes] = {}
+        parts = [_strip_part(p, found) for p in message.parts]
+        if found:
+            for att in message.attachments:
+                if att.sha256 in found:
+                    assets[att.sha256] = (found[att.sha256], att.mime_type)
+            message = msgspec.structs.replace(message, parts=parts)
+    return encode(message)

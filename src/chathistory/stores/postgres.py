@@ -1,0 +1,512 @@
+"""PostgresStore: sessions and messages in PostgreSQL (psycopg 3, a connection pool).
+
+Every table's primary key starts with ``(tenant, session_id)`` (assets with
+``(tenant, sha256)``), so either column can serve as a distribution column
+(Citus) or partition key; ``partitions=N`` creates the messages table
+``PARTITION BY HASH (tenant, session_id)``. Every read the engine makes is an
+index lookup or range on one session. An append is one transaction that locks
+the session row (``SELECT ... FOR UPDATE``): writers to one session queue up,
+across processes too, while different sessions never wait for each other.
+Acknowledged writes are committed transactions, as durable as the server's
+``fsync``/``synchronous_commit`` settings make them.
+
+Message JSON is kept as ``bytea``, byte for byte what the engine wrote. The
+session is kept as ``json`` (not ``jsonb``, which rewrites ``1e20`` as an
+integer and refuses ``\\u0000``) beside the columns that are searched.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import msgspec
+
+from ..errors import Conflict, MissingDependency
+from ..tokens import TokenCounter
+from .base import AppendTxn, BaseStore
+from .model import Row, Session
+
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg.conninfo import conninfo_to_dict
+    from psycopg.rows import args_row
+    from psycopg_pool import ConnectionPool
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise MissingDependency("psycopg", "postgres") from exc
+
+__all__ = ["MIGRATIONS", "PostgresStore"]
+
+T = TypeVar("T")
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_CONNECT_TIMEOUT = 3  # seconds: an unreachable server fails the constructor promptly
+_RETRIES = 20  # an append that lost a deadlock is run again, this many times at most
+_session_decoder = msgspec.json.Decoder(Session)
+_ROW = "seq, id, role, data, tokens, cum_before, cut_ok, orphan, status, version"
+_KEPT = "role IN ('system', 'developer')"  # as written in the partial index, so it is used
+
+# ==================================================================== schema
+
+_SESSIONS = """
+CREATE TABLE {s}.sessions (
+    tenant      text COLLATE "C" NOT NULL,
+    session_id  text COLLATE "C" NOT NULL,
+    created_iso text COLLATE "C" NOT NULL,  -- created_at.isoformat(): the listing order
+    user_id     text COLLATE "C",
+    parent_id   text COLLATE "C",
+    root_id     text COLLATE "C" NOT NULL,
+    expires_at  timestamptz,
+    version     bigint NOT NULL,
+    payload     json NOT NULL,              -- the whole Session, as msgspec wrote it
+    PRIMARY KEY (tenant, session_id)
+);
+CREATE INDEX sessions_by_created ON {s}.sessions (tenant, created_iso, session_id);
+CREATE INDEX sessions_by_user ON {s}.sessions (tenant, user_id, created_iso, session_id);
+CREATE INDEX sessions_by_parent ON {s}.sessions (tenant, parent_id) WHERE parent_id IS NOT NULL;
+CREATE INDEX sessions_by_root ON {s}.sessions (tenant, root_id);
+CREATE INDEX sessions_by_expiry ON {s}.sessions (expires_at) WHERE expires_at IS NOT NULL;
+"""
+
+_MESSAGES = """
+CREATE TABLE {s}.messages (
+    tenant      text COLLATE "C" NOT NULL,
+    session_id  text COLLATE "C" NOT NULL,
+    seq         bigint NOT NULL,
+    id          text COLLATE "C" NOT NULL,
+    role        text COLLATE "C" NOT NULL,
+    data        bytea NOT NULL,
+    tokens      integer NOT NULL,
+    cum_before  bigint NOT NULL,
+    cut_ok      boolean NOT NULL,
+    orphan      boolean NOT NULL,
+    status      smallint NOT NULL,
+    version     bigint NOT NULL,
+    PRIMARY KEY (tenant, session_id, seq)
+){partition};
+CREATE UNIQUE INDEX messages_by_id ON {s}.messages (tenant, session_id, id);
+CREATE INDEX messages_by_cum ON {s}.messages (tenant, session_id, cum_before, seq);
+CREATE INDEX messages_kept ON {s}.messages (tenant, session_id, seq)
+    WHERE role IN ('system', 'developer');
+"""
+
+_OTHERS = """
+CREATE TABLE {s}.calls (
+    tenant      text COLLATE "C" NOT NULL,
+    session_id  text COLLATE "C" NOT NULL,
+    call_id     text COLLATE "C" NOT NULL,
+    seq         bigint NOT NULL,
+    PRIMARY KEY (tenant, session_id, call_id)
+);
+CREATE TABLE {s}.overrides (
+    tenant      text COLLATE "C" NOT NULL,
+    session_id  text COLLATE "C" NOT NULL,
+    seq         bigint NOT NULL,
+    status      smallint NOT NULL,
+    PRIMARY KEY (tenant, session_id, seq)
+);
+CREATE TABLE {s}.assets (
+    tenant      text COLLATE "C" NOT NULL,
+    sha256      text COLLATE "C" NOT NULL,
+    media_type  text NOT NULL,
+    data        bytea NOT NULL,
+    PRIMARY KEY (tenant, sha256)
+);
+CREATE TABLE {s}.asset_refs (
+    tenant      text COLLATE "C" NOT NULL,
+    session_id  text COLLATE "C" NOT NULL,
+    sha256      text COLLATE "C" NOT NULL,
+    PRIMARY KEY (tenant, session_id, sha256)
+);
+CREATE INDEX asset_refs_by_sha ON {s}.asset_refs (tenant, sha256);
+"""
+
+
+def _m001_initial(conn: psycopg.Connection[Any], schema: str, partitions: int | None) -> None:
+    s = _quote(schema)
+    partition = "" if not partitions else " PARTITION BY HASH (tenant, session_id)"
+    for script in (_SESSIONS, _MESSAGES.replace("{partition}", partition), _OTHERS):
+        conn.execute(script.replace("{s}", s))
+    for i in range(partitions or 0):
+        conn.execute(f"CREATE TABLE {s}.messages_p{i} PARTITION OF {s}.messages "
+                     f"FOR VALUES WITH (MODULUS {partitions}, REMAINDER {i})")
+
+
+MIGRATIONS: list[tuple[str, Callable[[psycopg.Connection[Any], str, int | None], None]]] = [
+    ("m001_initial", _m001_initial),
+]
+"""Named steps, applied in order, each in one transaction with its record."""
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str, partitions: int | None = None
+            ) -> list[str]:
+    """Apply the migrations ``schema`` lacks; returns their names. Safe to run from
+    several processes at once: each step takes a transaction-scoped advisory lock."""
+    s = _quote(schema)
+    applied: list[str] = []
+    for name, step in MIGRATIONS:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                         (f"chathistory:{schema}",))
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {s}.migrations (name text PRIMARY KEY, "
+                         "applied_at timestamptz NOT NULL DEFAULT now())")
+            done = conn.execute(f"SELECT 1 FROM {s}.migrations WHERE name = %s", (name,))
+            if done.fetchone() is not None:
+                continue
+            step(conn, schema, partitions)
+            conn.execute(f"INSERT INTO {s}.migrations (name) VALUES (%s)", (name,))
+            applied.append(name)
+    return applied
+
+
+def _quote(schema: str) -> str:
+    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+        raise ValueError(f"schema must match {_SCHEMA_NAME.pattern} (got {schema!r})")
+    return f'"{schema}"'
+
+
+# ==================================================================== queries
+
+
+class _Queries:
+    """Every statement, rendered once for the store's (validated) schema."""
+
+    def __init__(self, schema: str) -> None:
+        s = _quote(schema)
+        key = "tenant = %s AND session_id = %s"
+        m = f"{s}.messages"
+        self.insert_session = (
+            f"INSERT INTO {s}.sessions (tenant, session_id, created_iso, user_id, parent_id, "
+            "root_id, expires_at, version, payload) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)")
+        self.get_session = f"SELECT payload::text FROM {s}.sessions WHERE {key}"
+        self.lock_session = f"{self.get_session} FOR UPDATE"
+        self.save_session = (f"UPDATE {s}.sessions SET version = %s, expires_at = %s, "
+                             f"payload = %s WHERE {key}")
+        self.save_if = f"{self.save_session} AND version = %s"
+        self.list_sessions = (
+            f"SELECT payload::text FROM {s}.sessions WHERE tenant = %s "
+            "AND (%s::text IS NULL OR user_id = %s) "
+            "AND (%s::text IS NULL OR (created_iso, session_id) > (%s, %s)) "
+            "ORDER BY created_iso, session_id LIMIT %s")
+        by = f"SELECT payload::text FROM {s}.sessions WHERE tenant = %s"
+        self.children = f"{by} AND parent_id = %s"
+        self.tree = f"{by} AND root_id = %s"
+        self.expired = f"SELECT tenant, session_id FROM {s}.sessions WHERE expires_at <= %s"
+        self.delete_session = (
+            f"WITH m AS (DELETE FROM {m} WHERE {key}), "
+            f"c AS (DELETE FROM {s}.calls WHERE {key}), "
+            f"o AS (DELETE FROM {s}.overrides WHERE {key}), "
+            f"r AS (DELETE FROM {s}.asset_refs WHERE {key}) "
+            f"DELETE FROM {s}.sessions WHERE {key}")
+        # messages: each one an index range or lookup on one session
+        self.existing = f"SELECT id, version FROM {m} WHERE {key} AND id = ANY(%s)"
+        self.calls = f"SELECT call_id, seq FROM {s}.calls WHERE {key} AND call_id = ANY(%s)"
+        self.find_calls = f"{self.calls} AND seq < %s"
+        self.rows = f"SELECT {_ROW} FROM {m} WHERE {key} AND seq >= %s AND seq < %s ORDER BY seq"
+        self.tail_rows = (f"SELECT {_ROW} FROM {m} WHERE {key} AND seq < %s "
+                          "ORDER BY seq DESC LIMIT %s")
+        self.seq_at_cum = (f"SELECT seq FROM {m} WHERE {key} AND cum_before >= %s "
+                           "ORDER BY cum_before, seq LIMIT 1")
+        self.kept_rows = (f"SELECT {_ROW} FROM {m} WHERE {key} AND seq < %s AND {_KEPT} "
+                          "ORDER BY seq")
+        self.row_by_id = f"SELECT {_ROW} FROM {m} WHERE {key} AND id = %s"
+        self.clear_cuts = (f"UPDATE {m} SET cut_ok = false WHERE {key} "
+                           "AND seq >= %s AND seq < %s AND cut_ok")
+        self.insert_rows = (
+            f"INSERT INTO {m} (tenant, session_id, {_ROW}) SELECT %s, %s, * FROM unnest("
+            "%s::bigint[], %s::text[], %s::text[], %s::bytea[], %s::integer[], %s::bigint[], "
+            "%s::boolean[], %s::boolean[], %s::smallint[], %s::bigint[])")
+        self.insert_calls = (
+            f"INSERT INTO {s}.calls (tenant, session_id, call_id, seq) "
+            "SELECT %s, %s, * FROM unnest(%s::text[], %s::bigint[]) "
+            "ON CONFLICT (tenant, session_id, call_id) DO UPDATE SET seq = EXCLUDED.seq")
+        self.set_status = f"UPDATE {m} SET status = %s WHERE {key} AND seq = ANY(%s)"
+        self.set_overrides = (
+            f"INSERT INTO {s}.overrides (tenant, session_id, seq, status) "
+            "SELECT %s, %s, unnest(%s::bigint[]), %s "
+            "ON CONFLICT (tenant, session_id, seq) DO UPDATE SET status = EXCLUDED.status")
+        self.overrides = f"SELECT seq, status FROM {s}.overrides WHERE {key}"
+        self.truncate_rows = f"DELETE FROM {m} WHERE {key} AND seq >= %s"
+        self.truncate_calls = f"DELETE FROM {s}.calls WHERE {key} AND seq >= %s"
+        self.drop_overrides = f"DELETE FROM {s}.overrides WHERE {key}"
+        self.drop_refs = f"DELETE FROM {s}.asset_refs WHERE {key}"
+        # assets: the upsert locks an existing asset row, so a concurrent GC waits for
+        # the append (and then sees its reference) instead of deleting under it
+        self.keep_asset = (
+            f"INSERT INTO {s}.assets (tenant, sha256, media_type, data) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (tenant, sha256) DO UPDATE SET media_type = assets.media_type")
+        self.add_refs = (f"INSERT INTO {s}.asset_refs (tenant, session_id, sha256) "
+                         "SELECT %s, %s, unnest(%s::text[]) ON CONFLICT DO NOTHING")
+        self.get_asset = f"SELECT data FROM {s}.assets WHERE tenant = %s AND sha256 = %s"
+        unused = (f"NOT EXISTS (SELECT 1 FROM {s}.asset_refs r "
+                  "WHERE r.tenant = a.tenant AND r.sha256 = a.sha256)")
+        self.lock_unused = (f"SELECT sha256 FROM {s}.assets a WHERE tenant = %s AND {unused} "
+                            "ORDER BY sha256 FOR UPDATE")
+        self.delete_unused = (f"DELETE FROM {s}.assets a WHERE tenant = %s "
+                              f"AND sha256 = ANY(%s) AND {unused}")
+
+
+def _session_params(session: Session) -> tuple[str, int, datetime | None, str]:
+    payload = msgspec.json.encode(session).decode()
+    return session.id, session.version, session.expires_at, payload
+
+
+def _sessions(cursor: psycopg.Cursor[Any]) -> list[Session]:
+    return [_session_decoder.decode(text) for (text,) in cursor]
+
+
+# ==================================================================== the store
+
+
+class _Txn:
+    """One append's view of its session, inside the transaction holding its row lock."""
+
+    def __init__(self, store: PostgresStore, conn: psycopg.Connection[Any], tenant: str,
+                 session_id: str, session: Session | None) -> None:
+        self.q, self.conn = store._q, conn
+        self.key = (tenant, session_id)
+        self.session = session
+
+    def existing(self, ids: Sequence[str]) -> dict[str, int]:
+        cursor = self.conn.execute(self.q.existing, (*self.key, list(ids)))
+        return {i: v for i, v in cursor}
+
+    def calls(self, call_ids: Sequence[str]) -> dict[str, int]:
+        cursor = self.conn.execute(self.q.calls, (*self.key, list(call_ids)))
+        return {c: seq for c, seq in cursor}
+
+    def write(self, rows: list[Row], calls: dict[str, int], clear: tuple[int, int] | None,
+              session: Session, assets: dict[str, tuple[bytes, str]]) -> None:
+        q, conn, key = self.q, self.conn, self.key
+        _, version, expires_at, payload = _session_params(session)
+        with conn.pipeline():  # one round trip for all of it
+            if clear is not None and clear[0] < clear[1]:
+                conn.execute(q.clear_cuts, (*key, *clear))
+            if rows:
+                columns = list(zip(*rows, strict=True))
+                conn.execute(q.insert_rows, (*key, *(list(c) for c in columns)))
+            if calls:
+                conn.execute(q.insert_calls, (*key, list(calls), list(calls.values())))
+            for sha in sorted(assets):  # one order everywhere: no deadlocks between appends
+                data, media_type = assets[sha]
+                conn.execute(q.keep_asset, (key[0], sha, media_type, data))
+            if assets:
+                conn.execute(q.add_refs, (*key, sorted(assets)))
+            conn.execute(q.save_session, (version, expires_at, payload, *key))
+
+
+class PostgresStore(BaseStore):
+    """A store in a PostgreSQL schema (``postgresql://user@host/db?schema=chathistory``).
+
+    ``schema`` is created and migrated on first use. ``partitions=N`` (at
+    creation only) hash-partitions the messages table by ``(tenant, session_id)``.
+    ``drop_schema_on_close`` is for tests: ``close()`` drops the whole schema.
+    """
+
+    def __init__(self, url: str, counter: str | TokenCounter | None = None, *,
+                 schema: str = "chathistory", pool_size: int = 10,
+                 partitions: int | None = None, drop_schema_on_close: bool = False) -> None:
+        super().__init__(counter)
+        _quote(schema)
+        if pool_size < 1:
+            raise ValueError("pool_size must be at least 1")
+        if partitions is not None and not 1 <= partitions <= 4096:
+            raise ValueError("partitions must be between 1 and 4096")
+        self.schema = schema
+        self.partitions = partitions
+        self._q = _Queries(schema)
+        self._drop_schema_on_close = drop_schema_on_close
+        self._closed = False
+        options: dict[str, Any] = {"autocommit": True}
+        if "connect_timeout" not in conninfo_to_dict(url):
+            options["connect_timeout"] = _CONNECT_TIMEOUT
+        # connect once first: an unreachable server raises its own error, promptly
+        with psycopg.connect(url, **options) as conn:
+            migrate(conn, schema, partitions)
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            url, min_size=1, max_size=pool_size, kwargs=options, open=False,
+            name=f"chathistory-{schema}")
+        self._pool.open(wait=True, timeout=10)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> PostgresStore:
+        """A store for ``postgresql://...``; ``schema``, ``pool_size``, ``partitions``
+        may be given in the query string (other query parameters go to libpq);
+        keyword ``options`` win over the URL."""
+        parts = urlsplit(url)
+        ours: dict[str, Any] = {}
+        rest = []
+        for name, value in parse_qsl(parts.query, keep_blank_values=True):
+            if name == "schema":
+                ours[name] = value
+            elif name in ("pool_size", "partitions"):
+                ours[name] = int(value)
+            else:
+                rest.append((name, value))
+        ours.update(options)
+        return cls(urlunsplit(parts._replace(query=urlencode(rest))), **ours)
+
+    def close(self) -> None:
+        """Close the pool (dropping the schema first with ``drop_schema_on_close``)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._drop_schema_on_close:
+                with self._pool.connection() as conn:
+                    conn.execute(f"DROP SCHEMA IF EXISTS {_quote(self.schema)} CASCADE")
+        finally:
+            self._pool.close()
+
+    def _execute(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with self._pool.connection() as conn:
+            return conn.execute(query, params).fetchall()
+
+    def _rows(self, query: str, params: Sequence[Any]) -> list[Row]:
+        with self._pool.connection() as conn:
+            cursor = conn.cursor(binary=True, row_factory=args_row(Row))
+            return cursor.execute(query, params).fetchall()
+
+    def _fetch_sessions(self, query: str, params: Sequence[Any]) -> list[Session]:
+        with self._pool.connection() as conn:
+            return _sessions(conn.execute(query, params))
+
+    # ---------------------------------------------------------------- sessions
+
+    def _b_insert_session(self, session: Session) -> None:
+        sid, version, expires_at, payload = _session_params(session)
+        params = (session.tenant, sid, session.created_at.isoformat(), session.user,
+                  session.parent_id, session.root_id or sid, expires_at, version, payload)
+        try:
+            with self._pool.connection() as conn:
+                conn.execute(self._q.insert_session, params)
+        except pg_errors.UniqueViolation:
+            raise Conflict(f"session {session.id!r} exists") from None
+
+    def _b_get_session(self, tenant: str, session_id: str) -> Session | None:
+        found = self._fetch_sessions(self._q.get_session, (tenant, session_id))
+        return found[0] if found else None
+
+    def _b_save_session(self, session: Session, expected_version: int) -> bool:
+        sid, version, expires_at, payload = _session_params(session)
+        with self._pool.connection() as conn:
+            cursor = conn.execute(self._q.save_if, (version, expires_at, payload,
+                                                    session.tenant, sid, expected_version))
+            return cursor.rowcount == 1
+
+    def _b_list_sessions(self, tenant: str, after: tuple[str, str] | None, limit: int,
+                         user: str | None) -> list[Session]:
+        created, sid = after if after is not None else (None, None)
+        return self._fetch_sessions(self._q.list_sessions,
+                                    (tenant, user, user, created, created, sid, limit))
+
+    def _b_children(self, tenant: str, session_id: str) -> list[Session]:
+        return self._fetch_sessions(self._q.children, (tenant, session_id))
+
+    def _b_tree(self, tenant: str, root_id: str) -> list[Session]:
+        return self._fetch_sessions(self._q.tree, (tenant, root_id))
+
+    def _b_delete_session(self, tenant: str, session_id: str) -> None:
+        self._execute_only(self._q.delete_session, (tenant, session_id) * 5)
+
+    def _execute_only(self, query: str, params: Sequence[Any]) -> None:
+        with self._pool.connection() as conn:
+            conn.execute(query, params)
+
+    # ---------------------------------------------------------------- messages
+
+    def _b_append(self, tenant: str, session_id: str, fn: Callable[[AppendTxn], T]) -> T:
+        for attempt in range(_RETRIES):
+            try:
+                with self._pool.connection() as conn, conn.transaction():
+                    found = _sessions(conn.execute(self._q.lock_session, (tenant, session_id)))
+                    return fn(_Txn(self, conn, tenant, session_id, found[0] if found else None))
+            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
+                if attempt == _RETRIES - 1:
+                    raise
+                time.sleep(0.005 * (attempt + 1))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _b_rows(self, tenant: str, session_id: str, lo: int, hi: int) -> list[Row]:
+        if lo >= hi:
+            return []
+        return self._rows(self._q.rows, (tenant, session_id, lo, hi))
+
+    def _b_tail_rows(self, tenant: str, session_id: str, hi: int, n: int) -> list[Row]:
+        if n <= 0:
+            return []
+        rows = self._rows(self._q.tail_rows, (tenant, session_id, hi, n))
+        rows.reverse()
+        return rows
+
+    def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:
+        found = self._execute(self._q.seq_at_cum, (tenant, session_id, cum))
+        return int(found[0][0]) if found else None
+
+    def _b_kept_rows(self, tenant: str, session_id: str, hi: int) -> list[Row]:
+        return self._rows(self._q.kept_rows, (tenant, session_id, hi))
+
+    def _b_row_by_id(self, tenant: str, session_id: str, message_id: str) -> Row | None:
+        found = self._rows(self._q.row_by_id, (tenant, session_id, message_id))
+        return found[0] if found else None
+
+    def _b_find_calls(self, tenant: str, session_id: str, call_ids: Sequence[str],
+                      hi: int) -> dict[str, int]:
+        if not call_ids:
+            return {}
+        found = self._execute(self._q.find_calls, (tenant, session_id, list(call_ids), hi))
+        return {c: seq for c, seq in found}
+
+    def _b_set_status(self, tenant: str, session_id: str, seqs: Sequence[int], status: int,
+                      overrides: Sequence[int]) -> None:
+        with self._pool.connection() as conn, conn.transaction():
+            if seqs:
+                conn.execute(self._q.set_status, (status, tenant, session_id, list(seqs)))
+            if overrides:
+                conn.execute(self._q.set_overrides,
+                             (tenant, session_id, list(overrides), status))
+
+    def _b_overrides(self, tenant: str, session_id: str) -> dict[int, int]:
+        return {seq: status for seq, status in self._execute(self._q.overrides,
+                                                             (tenant, session_id))}
+
+    def _b_truncate(self, tenant: str, session_id: str, seq: int, session: Session,
+                    expected_version: int) -> bool:
+        key = (tenant, session_id)
+        _, version, expires_at, payload = _session_params(session)
+        with self._pool.connection() as conn, conn.transaction():
+            found = _sessions(conn.execute(self._q.lock_session, key))
+            if not found or found[0].version != expected_version:
+                return False
+            with conn.pipeline():
+                conn.execute(self._q.truncate_rows, (*key, seq))
+                conn.execute(self._q.truncate_calls, (*key, seq))
+                if seq == 0:
+                    conn.execute(self._q.drop_overrides, key)
+                    conn.execute(self._q.drop_refs, key)
+                conn.execute(self._q.save_session, (version, expires_at, payload, *key))
+            return True
+
+    # ---------------------------------------------------------------- assets, retention
+
+    def _b_get_asset(self, tenant: str, sha256: str) -> bytes | None:
+        found = self._execute(self._q.get_asset, (tenant, sha256))
+        return bytes(found[0][0]) if found else None
+
+    def _b_gc_assets(self, tenant: str) -> int:
+        # lock the unreferenced assets, then delete those still unreferenced in a
+        # fresh snapshot: an append that referenced one meanwhile has committed
+        with self._pool.connection() as conn, conn.transaction():
+            unused = [sha for (sha,) in conn.execute(self._q.lock_unused, (tenant,))]
+            if not unused:
+                return 0
+            return conn.execute(self._q.delete_unused, (tenant, unused)).rowcount
+
+    def _b_expired(self, now: datetime) -> list[tuple[str, str]]:
+        return [(tenant, sid) for tenant, sid in self._execute(self._q.expired, (now,))]
+

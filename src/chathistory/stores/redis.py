@@ -1,0 +1,623 @@
+"""RedisStore: sessions in Redis or Redis Cluster (``redis://``, ``redis+cluster://``).
+
+Key layout. Every key of a session shares one hash tag, so a session lives in
+one cluster slot and its writes are single-slot Lua scripts (atomic)::
+
+    P:{T:S}:session  hash   v (version), i (incarnation), r (asset-ref epoch), j (JSON)
+    P:{T:S}:rows     hash   seq -> status byte, cut byte, msgpack(id, role, data, ...)
+    P:{T:S}:ids      zset   message id, score seq      (idempotency, truncation)
+    P:{T:S}:cum      zset   zero-padded seq, score cum_before  (window by tokens)
+    P:{T:S}:kept     zset   system/developer seqs
+    P:{T:S}:calls    zset   tool call id, score seq
+    P:{T:S}:over     hash   status overrides of inherited positions
+    P:{T:S}:refs     set    sha256 of the assets this session's rows use
+
+Tenant-wide indexes carry the tenant's own tag ``P:{T}:...`` (``sessions``,
+``user:U``, ``children:S``, ``tree:R``, ``expiry``, ``assets``, ``asset_types``,
+``refs:SHA``) and ``P:tenants`` lists tenants. ``T``, ``S`` and ``U`` are
+escaped (``%``, ``:``, ``{``, ``}`` as ``%XX``), so no id can reach into another
+key or tag. Index members name the session incarnation (``inc|id``) or its
+creation time, so an entry left by a deleted session never matches a newer
+session of the same id.
+
+Cross-slot writes are ordered so a crash leaves only stale index entries,
+which every read filters out, never a missing one: index entries are added
+(idempotently) before the session is written, and removed after it is deleted.
+An asset is written with its tenant reference before the append that uses it;
+garbage collection removes an asset only when, atomically in the tenant's slot,
+no reference of a live incarnation and epoch is left.
+
+Appends are optimistic: read the session (version, incarnation, epoch) and
+what the engine asks for, then one Lua script checks that nothing changed and
+writes every row, index entry and the session (compare-and-set, one round
+trip); on a race it retries with a jittered backoff.
+
+Durability depends on the server's persistence settings, not on this module:
+
+- no persistence: everything is lost when the server restarts;
+- RDB snapshots: a restart goes back to the last snapshot;
+- AOF ``appendfsync everysec`` (the usual choice): a crash of the server
+  process or the OS loses at most about the last second of acknowledged writes;
+- AOF ``appendfsync always``: every acknowledged write survives a crash
+  (DESIGN invariant 8 holds only with this setting).
+
+Replication is asynchronous; issue ``WAIT`` / ``WAITAOF`` (7.2+) yourself when a
+write must reach replicas before you acknowledge it.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import msgspec
+
+from ..errors import Conflict, MissingDependency
+from ..tokens import TokenCounter
+from .base import BaseStore
+from .model import Row, Session
+
+__all__ = ["RedisStore"]
+
+T = TypeVar("T")
+_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_KEPT = ("system", "developer")
+_session_decoder = msgspec.json.Decoder(Session)
+_PayloadT = tuple[str, str, bytes, int, int, bool, int]  # id, role, data, tokens, cum, orphan, v
+_payload_decoder = msgspec.msgpack.Decoder(_PayloadT)
+_encoder = msgspec.msgpack.Encoder()
+_CHUNK = 1000
+
+# KEYS: session rows ids cum kept calls refs.  ARGV: v i r json new_v clear_lo clear_hi
+# nrows ncalls nrefs, then (seq id cum kept payload)*, (call_id seq)*, sha*.
+_APPEND = """
+local s = redis.call('HMGET', KEYS[1], 'v', 'i', 'r')
+if s[1] ~= ARGV[1] or s[2] ~= ARGV[2] or s[3] ~= ARGV[3] then return 0 end
+for seq = tonumber(ARGV[6]), tonumber(ARGV[7]) - 1 do
+  local row = redis.call('HGET', KEYS[2], tostring(seq))
+  if row then redis.call('HSET', KEYS[2], tostring(seq), string.sub(row, 1, 1) .. '0' ..
+                         string.sub(row, 3)) end
+end
+local p = 11
+for k = 1, tonumber(ARGV[8]) do
+  local seq = ARGV[p]
+  redis.call('HSET', KEYS[2], seq, ARGV[p + 4])
+  redis.call('ZADD', KEYS[3], seq, ARGV[p + 1])
+  redis.call('ZADD', KEYS[4], ARGV[p + 2], string.format('%012d', tonumber(seq)))
+  if ARGV[p + 3] == '1' then redis.call('ZADD', KEYS[5], seq, seq) end
+  p = p + 5
+end
+for k = 1, tonumber(ARGV[9]) do
+  redis.call('ZADD', KEYS[6], ARGV[p + 1], ARGV[p])
+  p = p + 2
+end
+for k = 1, tonumber(ARGV[10]) do
+  redis.call('SADD', KEYS[7], ARGV[p])
+  p = p + 1
+end
+redis.call('HSET', KEYS[1], 'v', ARGV[5], 'j', ARGV[4])
+return 1
+"""
+
+# KEYS: session rows ids cum kept calls over refs.  ARGV: expected_v seq new_v json new_r
+_TRUNCATE = """
+if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
+local seq = tonumber(ARGV[2])
+local gone = redis.call('ZRANGEBYSCORE', KEYS[3], seq, '+inf', 'WITHSCORES')
+for k = 2, #gone, 2 do
+  local s = tonumber(gone[k])
+  redis.call('HDEL', KEYS[2], string.format('%d', s))
+  redis.call('ZREM', KEYS[4], string.format('%012d', s))
+end
+for _, key in ipairs({KEYS[3], KEYS[5], KEYS[6]}) do
+  redis.call('ZREMRANGEBYSCORE', key, seq, '+inf')
+end
+if seq == 0 then
+  redis.call('DEL', KEYS[7], KEYS[8])
+  redis.call('HSET', KEYS[1], 'r', ARGV[5])
+end
+redis.call('HSET', KEYS[1], 'v', ARGV[3], 'j', ARGV[4])
+return 1
+"""
+
+_INSERT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'v', ARGV[1], 'i', ARGV[2], 'r', ARGV[3], 'j', ARGV[4])
+return 1
+"""
+
+_SAVE = """
+if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'v', ARGV[2], 'j', ARGV[3])
+return 1
+"""
+
+# KEYS: rows over.  ARGV: status n seq*n override*
+_SET_STATUS = """
+local byte = string.char(tonumber(ARGV[1]) + 128)
+local n = tonumber(ARGV[2])
+for k = 3, n + 2 do
+  local row = redis.call('HGET', KEYS[1], ARGV[k])
+  if row then redis.call('HSET', KEYS[1], ARGV[k], byte .. string.sub(row, 2)) end
+end
+for k = n + 3, #ARGV do redis.call('HSET', KEYS[2], ARGV[k], ARGV[1]) end
+return 1
+"""
+
+# KEYS: assets asset_types refs:SHA*.  ARGV: (sha nstale member*)* per refs key.
+_GC = """
+local p, removed = 1, 0
+for i = 3, #KEYS do
+  local sha, n = ARGV[p], tonumber(ARGV[p + 1])
+  p = p + 2
+  for j = 1, n do
+    redis.call('SREM', KEYS[i], ARGV[p])
+    p = p + 1
+  end
+  if redis.call('SCARD', KEYS[i]) == 0 and redis.call('HDEL', KEYS[1], sha) == 1 then
+    redis.call('HDEL', KEYS[2], sha)
+    removed = removed + 1
+  end
+end
+return removed
+"""
+
+# KEYS: expiry.  ARGV: member observed_score new_score ('' removes)
+_FIX_EXPIRY = """
+local now = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not now or tonumber(now) ~= tonumber(ARGV[2]) then return 0 end
+if ARGV[3] == '' then redis.call('ZREM', KEYS[1], ARGV[1])
+else redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1]) end
+return 1
+"""
+
+
+def _esc(value: str) -> str:
+    """A key component that cannot close a hash tag or fake a separator."""
+    return (value.replace("%", "%25").replace(":", "%3A").replace("{", "%7B")
+            .replace("}", "%7D"))
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _member(token: str, session_id: str) -> str:
+    return f"{token}|{session_id}"
+
+
+def _order_member(session: Session) -> str:
+    # NUL sorts below every ISO character, so byte order == (created, id) order
+    return f"{session.created_at.isoformat()}\x00{session.id}"
+
+
+def _pack(row: Row) -> bytes:
+    head = bytes((row.status + 128, 0x31 if row.cut_ok else 0x30))
+    return head + _encoder.encode((row.id, row.role, row.data, row.tokens, row.cum_before,
+                                   row.orphan, row.version))
+
+
+def _unpack(seq: int, value: bytes) -> Row:
+    mid, role, data, tokens, cum, orphan, version = _payload_decoder.decode(value[2:])
+    return Row(seq, mid, role, data, tokens, cum, value[1] == 0x31, orphan, value[0] - 128,
+               version)
+
+
+class _Keys(NamedTuple):
+    session: str
+    rows: str
+    ids: str
+    cum: str
+    kept: str
+    calls: str
+    over: str
+    refs: str
+
+
+class _Txn:
+    """One optimistic attempt: reads through the client, buffers the write."""
+
+    def __init__(self, store: RedisStore, tenant: str, session_id: str) -> None:
+        self.store, self.tenant, self.session_id = store, tenant, session_id
+        self.keys = store._keys(tenant, session_id)
+        v, i, r, j = store._r.hmget(self.keys.session, "v", "i", "r", "j")
+        self.token = (v, i, r)
+        self.session: Session | None = None if j is None else _session_decoder.decode(j)
+        self.pending: tuple[list[Row], dict[str, int], tuple[int, int] | None, Session,
+                            dict[str, tuple[bytes, str]]] | None = None
+
+    def existing(self, ids: Sequence[str]) -> dict[str, int]:
+        scores = self.store._r.zmscore(self.keys.ids, list(ids)) if ids else []
+        found = {i: int(s) for i, s in zip(ids, scores, strict=True) if s is not None}
+        if not found:
+            return {}
+        values = self.store._r.hmget(self.keys.rows, [str(s) for s in found.values()])
+        return {i: _unpack(s, v).version
+                for (i, s), v in zip(found.items(), values, strict=True) if v is not None}
+
+    def calls(self, call_ids: Sequence[str]) -> dict[str, int]:
+        scores = self.store._r.zmscore(self.keys.calls, list(call_ids)) if call_ids else []
+        return {c: int(s) for c, s in zip(call_ids, scores, strict=True) if s is not None}
+
+    def write(self, rows: list[Row], calls: dict[str, int], clear: tuple[int, int] | None,
+              session: Session, assets: dict[str, tuple[bytes, str]]) -> None:
+        self.pending = (rows, calls, clear, session, assets)
+
+    def commit(self) -> bool:
+        """Write the buffered append if the session did not change; False on a race."""
+        assert self.pending is not None
+        rows, calls, clear, session, assets = self.pending
+        v, i, r = (_s(x) for x in self.token)
+        store = self.store
+        if assets:  # tenant slot first: the reference exists before any row uses the asset
+            tk = store._tenant_key
+            pipe = store._r.pipeline(transaction=False)
+            for sha, (data, mime) in assets.items():
+                pipe.sadd(tk(self.tenant, f"refs:{sha}"), _member(r, self.session_id))
+                pipe.hsetnx(tk(self.tenant, "assets"), sha, data)
+                pipe.hsetnx(tk(self.tenant, "asset_types"), sha, mime)
+            pipe.execute()
+        lo, hi = clear or (0, 0)
+        args: list[Any] = [v, i, r, msgspec.json.encode(session), session.version, lo, hi,
+                           len(rows), len(calls), len(assets)]
+        for row in rows:
+            args += [row.seq, row.id, row.cum_before, int(row.role in _KEPT), _pack(row)]
+        for call_id, seq in calls.items():
+            args += [call_id, seq]
+        args += list(assets)
+        k = self.keys
+        keys = [k.session, k.rows, k.ids, k.cum, k.kept, k.calls, k.refs]
+        return bool(store._append_script(keys=keys, args=args))
+
+
+class RedisStore(BaseStore):
+    """A store in Redis (``redis://host:port/db``) or Redis Cluster
+    (``redis+cluster://host:port`` or ``?cluster=true``).
+
+    ``prefix`` starts every key (operator-chosen, checked against a strict
+    pattern); ``flush_prefix_on_close`` deletes its keys on ``close()`` (SCAN and
+    DEL, never FLUSHDB), for tests. An unreachable server fails within
+    ``socket_connect_timeout``, a silent one within ``socket_timeout``.
+    """
+
+    def __init__(self, url: str, counter: str | TokenCounter | None = None, *,
+                 prefix: str = "chathistory", flush_prefix_on_close: bool = False,
+                 cluster: bool | None = None, socket_connect_timeout: float = 3.0,
+                 socket_timeout: float | None = 10.0) -> None:
+        super().__init__(counter)
+        try:
+            import redis
+            import redis.cluster
+        except ImportError:
+            raise MissingDependency("redis", "redis") from None
+        if not _PREFIX.match(prefix):
+            raise ValueError(f"prefix must match {_PREFIX.pattern}, got {prefix!r}")
+        self.prefix = prefix
+        self.flush_prefix_on_close = flush_prefix_on_close
+        url, from_url = _parse_url(url)
+        self.cluster = from_url if cluster is None else cluster
+        # Any: redis-py's command methods are typed for sync and async clients at once
+        self._r: Any
+        timeouts = {"socket_connect_timeout": socket_connect_timeout,
+                    "socket_timeout": socket_timeout}
+        if self.cluster:
+            self._r = redis.cluster.RedisCluster.from_url(url, **timeouts)
+        else:
+            self._r = redis.Redis.from_url(url, **timeouts)
+            self._r.ping()  # fail fast on an unreachable server
+        self._append_script = self._r.register_script(_APPEND)
+        self._truncate_script = self._r.register_script(_TRUNCATE)
+        self._insert_script = self._r.register_script(_INSERT)
+        self._save_script = self._r.register_script(_SAVE)
+        self._status_script = self._r.register_script(_SET_STATUS)
+        self._gc_script = self._r.register_script(_GC)
+        self._fix_expiry_script = self._r.register_script(_FIX_EXPIRY)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisStore:
+        """A store for ``redis://``, ``rediss://``, ``redis+cluster://`` URLs; a
+        ``prefix=`` query parameter sets the key prefix."""
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query))
+        if "prefix" in query:
+            options.setdefault("prefix", query.pop("prefix"))
+            url = urlunsplit(parts._replace(query=urlencode(query)))
+        return cls(url, **options)
+
+    def close(self) -> None:
+        """Delete this prefix's keys when asked to (tests), then disconnect."""
+        if self.flush_prefix_on_close:
+            batch: list[bytes] = []
+            for key in self._r.scan_iter(match=f"{self.prefix}:*", count=1000):
+                batch.append(key)
+                if len(batch) >= 500:
+                    self._r.delete(*batch)
+                    batch.clear()
+            if batch:
+                self._r.delete(*batch)
+        self._r.close()
+
+    # ================================================================ keys
+
+    def _keys(self, tenant: str, session_id: str) -> _Keys:
+        tag = f"{self.prefix}:{{{_esc(tenant)}:{_esc(session_id)}}}:"
+        return _Keys(*(tag + name for name in _Keys._fields))
+
+    def _tenant_key(self, tenant: str, name: str) -> str:
+        return f"{self.prefix}:{{{_esc(tenant)}}}:{name}"
+
+    def _list_key(self, tenant: str, user: str | None) -> str:
+        return self._tenant_key(tenant, "sessions" if user is None else f"user:{_esc(user)}")
+
+    # ================================================================ sessions
+
+    def _load(self, tenant: str, session_ids: Sequence[str]
+              ) -> list[tuple[str, str, Session] | None]:
+        """(incarnation, epoch, session) of each id, None for the missing ones."""
+        pipe = self._r.pipeline(transaction=False)
+        for sid in session_ids:
+            pipe.hmget(self._keys(tenant, sid).session, "i", "r", "j")
+        out: list[tuple[str, str, Session] | None] = []
+        for i, r, j in pipe.execute() if session_ids else []:
+            out.append(None if j is None else (_s(i), _s(r), _session_decoder.decode(j)))
+        return out
+
+    def _index_entries(self, session: Session, inc: str) -> list[tuple[str, str, str,
+                                                                      float | None]]:
+        """(command, key, member, score) of the tenant index entries of a session."""
+        tk, member = self._tenant_key, _member(inc, session.id)
+        order = _order_member(session)
+        out: list[tuple[str, str, str, float | None]] = [
+            ("z", self._list_key(session.tenant, None), order, 0.0),
+            ("s", tk(session.tenant, f"tree:{_esc(session.root_id or session.id)}"), member,
+             None)]
+        if session.user is not None:
+            out.append(("z", self._list_key(session.tenant, session.user), order, 0.0))
+        if session.parent_id is not None:
+            out.append(("s", tk(session.tenant, f"children:{_esc(session.parent_id)}"), member,
+                        None))
+        if session.expires_at is not None:
+            out.append(("z", tk(session.tenant, "expiry"), member,
+                        session.expires_at.timestamp()))
+        return out
+
+    def _b_insert_session(self, session: Session) -> None:
+        inc, epoch = uuid.uuid4().hex, uuid.uuid4().hex
+        entries = self._index_entries(session, inc)
+        pipe = self._r.pipeline(transaction=False)
+        pipe.sadd(f"{self.prefix}:tenants", session.tenant)
+        for kind, key, member, score in entries:  # index first: a crash leaves stale entries
+            if kind == "z":
+                pipe.zadd(key, {member: score}, nx=True)
+            else:
+                pipe.sadd(key, member)
+        added = pipe.execute()[1:]
+        keys = [self._keys(session.tenant, session.id).session]
+        if self._insert_script(keys=keys, args=[session.version, inc, epoch,
+                                                msgspec.json.encode(session)]):
+            return
+        pipe = self._r.pipeline(transaction=False)
+        for (kind, key, member, _), new in zip(entries, added, strict=True):
+            if new:  # only what this call added: the existing session keeps its entries
+                (pipe.zrem if kind == "z" else pipe.srem)(key, member)
+        pipe.execute()
+        raise Conflict(f"session {session.id!r} exists")
+
+    def _b_get_session(self, tenant: str, session_id: str) -> Session | None:
+        j = self._r.hget(self._keys(tenant, session_id).session, "j")
+        return None if j is None else _session_decoder.decode(j)
+
+    def _b_save_session(self, session: Session, expected_version: int) -> bool:
+        key = self._keys(session.tenant, session.id).session
+        if session.expires_at is not None:
+            inc = self._r.hget(key, "i")
+            if inc is None:
+                return False
+            # before the save, and only ever lowered: the index is never later than the TTL
+            self._r.zadd(self._tenant_key(session.tenant, "expiry"),
+                         {_member(_s(inc), session.id): session.expires_at.timestamp()}, lt=True)
+        args = [expected_version, session.version, msgspec.json.encode(session)]
+        return bool(self._save_script(keys=[key], args=args))
+
+    def _b_list_sessions(self, tenant: str, after: tuple[str, str] | None, limit: int,
+                         user: str | None) -> list[Session]:
+        key = self._list_key(tenant, user)
+        start = "-" if after is None else f"({after[0]}\x00{after[1]}"
+        out: list[Session] = []
+        while len(out) < limit:
+            members = [_s(m) for m in self._r.zrangebylex(key, start, "+", 0, limit)]
+            if not members:
+                break
+            pairs = [m.partition("\x00") for m in members]
+            loaded = self._load(tenant, [sid for _, _, sid in pairs])
+            for (created, _, _), found in zip(pairs, loaded, strict=True):
+                if found is not None and found[2].created_at.isoformat() == created and (
+                        user is None or found[2].user == user):
+                    out.append(found[2])
+            if len(members) < limit:
+                break
+            start = "(" + members[-1]
+        return out[:limit]
+
+    def _members(self, tenant: str, name: str, keep: Callable[[Session], bool]
+                 ) -> list[Session]:
+        members = [_s(m).partition("|") for m in self._r.smembers(self._tenant_key(tenant, name))]
+        loaded = self._load(tenant, [sid for _, _, sid in members])
+        return [found[2] for (inc, _, _), found in zip(members, loaded, strict=True)
+                if found is not None and found[0] == inc and keep(found[2])]
+
+    def _b_children(self, tenant: str, session_id: str) -> list[Session]:
+        return self._members(tenant, f"children:{_esc(session_id)}",
+                             lambda s: s.parent_id == session_id)
+
+    def _b_tree(self, tenant: str, root_id: str) -> list[Session]:
+        return self._members(tenant, f"tree:{_esc(root_id)}",
+                             lambda s: (s.root_id or s.id) == root_id)
+
+    def _b_delete_session(self, tenant: str, session_id: str) -> None:
+        keys = self._keys(tenant, session_id)
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hmget(keys.session, "i", "r", "j")
+        pipe.smembers(keys.refs)
+        (inc, epoch, j), shas = pipe.execute()
+        if j is None:
+            return
+        self._r.delete(*keys)  # one slot: the session goes at once; its index entries after
+        session = _session_decoder.decode(j)
+        pipe = self._r.pipeline(transaction=False)
+        for kind, key, member, _ in self._index_entries(session, _s(inc)):
+            (pipe.zrem if kind == "z" else pipe.srem)(key, member)
+        for sha in shas:
+            pipe.srem(self._tenant_key(tenant, f"refs:{_s(sha)}"), _member(_s(epoch), session_id))
+        pipe.execute()
+
+    # ================================================================ messages
+
+    def _b_append(self, tenant: str, session_id: str, fn: Callable[[_Txn], T]) -> T:
+        deadline = time.monotonic() + 30.0
+        attempt = 0
+        while True:
+            tx = _Txn(self, tenant, session_id)
+            result = fn(tx)
+            if tx.pending is None or tx.commit():
+                return result
+            attempt += 1
+            if time.monotonic() > deadline:
+                raise Conflict(f"session {session_id!r} kept changing; try again")
+            time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** min(attempt, 7))))
+
+    def _rows_at(self, tenant: str, session_id: str, seqs: Sequence[int]) -> list[Row]:
+        key = self._keys(tenant, session_id).rows
+        if len(seqs) <= _CHUNK:
+            values = self._r.hmget(key, [str(s) for s in seqs]) if seqs else []
+        else:
+            pipe = self._r.pipeline(transaction=False)
+            for a in range(0, len(seqs), _CHUNK):
+                pipe.hmget(key, [str(s) for s in seqs[a:a + _CHUNK]])
+            values = [v for chunk in pipe.execute() for v in chunk]
+        return [_unpack(s, v) for s, v in zip(seqs, values, strict=True) if v is not None]
+
+    def _b_rows(self, tenant: str, session_id: str, lo: int, hi: int) -> list[Row]:
+        # own rows are contiguous positions, so a range is one HMGET of its fields
+        return self._rows_at(tenant, session_id, range(max(0, lo), hi))
+
+    def _b_tail_rows(self, tenant: str, session_id: str, hi: int, n: int) -> list[Row]:
+        if n <= 0:
+            return []
+        found = self._r.zrange(self._keys(tenant, session_id).ids, f"({hi}", "-inf",
+                               byscore=True, desc=True, offset=0, num=n, withscores=True)
+        return self._rows_at(tenant, session_id, sorted(int(s) for _, s in found))
+
+    def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:
+        found = self._r.zrangebyscore(self._keys(tenant, session_id).cum, cum, "+inf", 0, 1)
+        return int(found[0]) if found else None
+
+    def _b_kept_rows(self, tenant: str, session_id: str, hi: int) -> list[Row]:
+        seqs = self._r.zrangebyscore(self._keys(tenant, session_id).kept, "-inf", f"({hi}")
+        return self._rows_at(tenant, session_id, [int(s) for s in seqs])
+
+    def _b_row_by_id(self, tenant: str, session_id: str, message_id: str) -> Row | None:
+        seq = self._r.zscore(self._keys(tenant, session_id).ids, message_id)
+        rows = [] if seq is None else self._rows_at(tenant, session_id, [int(seq)])
+        return rows[0] if rows else None
+
+    def _b_find_calls(self, tenant: str, session_id: str, call_ids: Sequence[str],
+                      hi: int) -> dict[str, int]:
+        if not call_ids:
+            return {}
+        scores = self._r.zmscore(self._keys(tenant, session_id).calls, list(call_ids))
+        return {c: int(s) for c, s in zip(call_ids, scores, strict=True)
+                if s is not None and s < hi}
+
+    def _b_set_status(self, tenant: str, session_id: str, seqs: Sequence[int], status: int,
+                      overrides: Sequence[int]) -> None:
+        keys = self._keys(tenant, session_id)
+        self._status_script(keys=[keys.rows, keys.over],
+                            args=[status, len(seqs), *seqs, *overrides])
+
+    def _b_overrides(self, tenant: str, session_id: str) -> dict[int, int]:
+        found = self._r.hgetall(self._keys(tenant, session_id).over)
+        return {int(k): int(v) for k, v in found.items()}
+
+    def _b_truncate(self, tenant: str, session_id: str, seq: int, session: Session,
+                    expected_version: int) -> bool:
+        k = self._keys(tenant, session_id)
+        keys = [k.session, k.rows, k.ids, k.cum, k.kept, k.calls, k.over, k.refs]
+        args = [expected_version, seq, session.version, msgspec.json.encode(session),
+                uuid.uuid4().hex]  # a new asset-ref epoch when every row goes
+        return bool(self._truncate_script(keys=keys, args=args))
+
+    # ================================================================ assets and retention
+
+    def _b_get_asset(self, tenant: str, sha256: str) -> bytes | None:
+        data: bytes | None = self._r.hget(self._tenant_key(tenant, "assets"), sha256)
+        return data
+
+    def _b_gc_assets(self, tenant: str) -> int:
+        shas = [_s(s) for s in self._r.hkeys(self._tenant_key(tenant, "assets"))]
+        removed = 0
+        for a in range(0, len(shas), 200):
+            chunk = shas[a:a + 200]
+            pipe = self._r.pipeline(transaction=False)
+            for sha in chunk:
+                pipe.smembers(self._tenant_key(tenant, f"refs:{sha}"))
+            refs = [sorted(_s(m) for m in ms) for ms in pipe.execute()]
+            sids = sorted({m.partition("|")[2] for ms in refs for m in ms})
+            epochs = {sid: None if f is None else f[1]
+                      for sid, f in zip(sids, self._load(tenant, sids), strict=True)}
+            # a reference is live while its session exists with the same epoch; an append
+            # in flight holds the current epoch, so its reference is never taken for stale
+            keys = [self._tenant_key(tenant, "assets"), self._tenant_key(tenant, "asset_types")]
+            args: list[str | int] = []
+            for sha, members in zip(chunk, refs, strict=True):
+                stale = [m for m in members if epochs[m.partition("|")[2]]
+                         != m.partition("|")[0]]
+                if len(stale) == len(members):
+                    keys.append(self._tenant_key(tenant, f"refs:{sha}"))
+                    args += [sha, len(stale), *stale]
+            if len(keys) > 2:
+                removed += int(self._gc_script(keys=keys, args=args))
+        return removed
+
+    def _b_expired(self, now: datetime) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        for raw in self._r.smembers(f"{self.prefix}:tenants"):
+            tenant = _s(raw)
+            key = self._tenant_key(tenant, "expiry")
+            due = [(_s(m), score) for m, score in
+                   self._r.zrangebyscore(key, "-inf", now.timestamp(), withscores=True)]
+            sids = [m.partition("|")[2] for m, _ in due]
+            for (member, score), found in zip(due, self._load(tenant, sids), strict=True):
+                if found is None or found[0] != member.partition("|")[0]:
+                    self._r.zrem(key, member)  # that incarnation is gone for good
+                elif found[2].is_expired(now):
+                    out.append((tenant, found[2].id))
+                else:  # the TTL was extended: move the entry, unless it changed meanwhile
+                    expires = found[2].expires_at
+                    self._fix_expiry_script(keys=[key], args=[
+                        member, repr(score), "" if expires is None else repr(expires.timestamp())])
+        return out
+
+
+def _parse_url(url: str) -> tuple[str, bool]:
+    """The URL redis-py understands, and whether it names a cluster."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    cluster = scheme.endswith("+cluster")
+    if cluster:
+        scheme = scheme.removesuffix("+cluster")
+    if scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"not a Redis URL: {url!r}")
+    query = parse_qsl(parts.query)
+    flags = [v for k, v in query if k == "cluster"]
+    if flags:
+        cluster = cluster or flags[-1].lower() in ("1", "true", "yes")
+        query = [(k, v) for k, v in query if k != "cluster"]
+    return urlunsplit(parts._replace(scheme=scheme, query=urlencode(query))), cluster
+

@@ -1,0 +1,498 @@
+"""SQLiteStore: one file, the standard library's ``sqlite3`` (``sqlite:///path.db``).
+
+Durability: the database runs in WAL mode with ``synchronous=NORMAL`` (the
+default). A commit is written to the WAL file before ``append`` returns, so
+every acknowledged write survives a crash of the *process*; a power loss or an
+OS crash may lose the last transactions (the file stays consistent). Pass
+``synchronous="FULL"`` to fsync the WAL on every commit and survive power loss
+as well, at the price of one fsync per write.
+
+Concurrency: each thread has its own connection, so reads run side by side
+under WAL; writes in one process take one lock (a handoff far cheaper than
+SQLite's sleeping busy handler), and every write transaction is ``BEGIN
+IMMEDIATE``, so writers in other processes on the same file queue on SQLite's
+lock for up to ``timeout`` seconds instead of failing half-way. ``:memory:``
+uses one connection behind that lock. Connections are not carried across
+``fork()``: open the store in the child.
+
+Layout: a session is its whole ``Session`` as JSON beside the columns that are
+searched (created_at, user, parent_id, root_id, expires_at). Messages are keyed
+by ``(tenant, session_id, seq)`` with their running token total indexed, so
+``tail`` and ``window`` are index range reads that never scan a session.
+Schema changes are named migrations, each applied in one transaction together
+with its record in the ``migrations`` table (simonw/sqlite-utils style).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from datetime import UTC, datetime
+from os import PathLike, fspath
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, unquote
+
+import msgspec
+
+from ..errors import Conflict
+from ..tokens import TokenCounter
+from .base import BaseStore
+from .model import Row, Session, utcnow
+
+__all__ = ["MIGRATIONS", "SQLiteStore"]
+
+T = TypeVar("T")
+
+# ---------------------------------------------------------------- schema
+
+MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
+    ("m001_initial", (
+        # The whole Session as JSON text (json_extract works on it); the columns
+        # beside it exist to be searched, and `version` for compare-and-set.
+        """CREATE TABLE sessions (
+            tenant TEXT NOT NULL, id TEXT NOT NULL, version INTEGER NOT NULL,
+            created_at TEXT NOT NULL, user TEXT, parent_id TEXT, root_id TEXT NOT NULL,
+            expires_at TEXT, payload TEXT NOT NULL,
+            PRIMARY KEY (tenant, id)) WITHOUT ROWID""",
+        "CREATE INDEX sessions_by_created ON sessions (tenant, created_at, id)",
+        "CREATE INDEX sessions_by_user ON sessions (tenant, user, created_at, id)",
+        "CREATE INDEX sessions_by_parent ON sessions (tenant, parent_id) "
+        "WHERE parent_id IS NOT NULL",
+        "CREATE INDEX sessions_by_root ON sessions (tenant, root_id)",
+        "CREATE INDEX sessions_by_expiry ON sessions (expires_at) WHERE expires_at IS NOT NULL",
+        # Clustered on the position: a range of a session is one contiguous
+        # b-tree range. `cum_before` (tokens before the row) makes "newest
+        # messages within N tokens" one index seek.
+        # `data` last: the small columns stay on the b-tree page when a large
+        # message spills into overflow pages.
+        """CREATE TABLE messages (
+            tenant TEXT NOT NULL, session_id TEXT NOT NULL, seq INTEGER NOT NULL,
+            id TEXT NOT NULL, role TEXT NOT NULL, tokens INTEGER NOT NULL,
+            cum_before INTEGER NOT NULL, cut_ok INTEGER NOT NULL, orphan INTEGER NOT NULL,
+            status INTEGER NOT NULL, version INTEGER NOT NULL, data BLOB NOT NULL,
+            PRIMARY KEY (tenant, session_id, seq),
+            FOREIGN KEY (tenant, session_id) REFERENCES sessions (tenant, id)
+                ON DELETE CASCADE) WITHOUT ROWID""",
+        "CREATE UNIQUE INDEX messages_by_id ON messages (tenant, session_id, id)",
+        "CREATE INDEX messages_by_cum ON messages (tenant, session_id, cum_before)",
+        "CREATE INDEX messages_kept ON messages (tenant, session_id, seq) "
+        "WHERE role IN ('system', 'developer')",
+        """CREATE TABLE calls (
+            tenant TEXT NOT NULL, session_id TEXT NOT NULL, call_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            PRIMARY KEY (tenant, session_id, call_id),
+            FOREIGN KEY (tenant, session_id) REFERENCES sessions (tenant, id)
+                ON DELETE CASCADE) WITHOUT ROWID""",
+        "CREATE INDEX calls_by_seq ON calls (tenant, session_id, seq)",
+        """CREATE TABLE status_overrides (
+            tenant TEXT NOT NULL, session_id TEXT NOT NULL, seq INTEGER NOT NULL,
+            status INTEGER NOT NULL,
+            PRIMARY KEY (tenant, session_id, seq),
+            FOREIGN KEY (tenant, session_id) REFERENCES sessions (tenant, id)
+                ON DELETE CASCADE) WITHOUT ROWID""",
+        """CREATE TABLE assets (
+            tenant TEXT NOT NULL, sha256 TEXT NOT NULL, mime_type TEXT NOT NULL,
+            data BLOB NOT NULL,
+            PRIMARY KEY (tenant, sha256))""",
+        """CREATE TABLE asset_refs (
+            tenant TEXT NOT NULL, sha256 TEXT NOT NULL, session_id TEXT NOT NULL,
+            PRIMARY KEY (tenant, sha256, session_id),
+            FOREIGN KEY (tenant, session_id) REFERENCES sessions (tenant, id)
+                ON DELETE CASCADE) WITHOUT ROWID""",
+        "CREATE INDEX asset_refs_by_session ON asset_refs (tenant, session_id)",
+    )),
+]
+"""Named schema steps, oldest first. Append new ones; never edit a released one."""
+
+_SYNCHRONOUS = ("NORMAL", "FULL", "EXTRA")
+
+# ---------------------------------------------------------------- statements
+
+_ROW = "seq, id, role, data, tokens, cum_before, cut_ok, orphan, status, version"
+_SELECT_ROWS = f"SELECT {_ROW} FROM messages WHERE tenant = ? AND session_id = ?"
+ROWS = _SELECT_ROWS + " AND seq >= ? AND seq < ? ORDER BY seq"
+TAIL = _SELECT_ROWS + " AND seq < ? ORDER BY seq DESC LIMIT ?"
+# pinned: without statistics the planner may prefer a range of the primary key
+KEPT = (f"SELECT {_ROW} FROM messages INDEXED BY messages_kept WHERE tenant = ? "
+        "AND session_id = ? AND seq < ? AND role IN ('system', 'developer') ORDER BY seq")
+BY_ID = _SELECT_ROWS + " AND id = ?"
+SEQ_AT_CUM = ("SELECT seq FROM messages WHERE tenant = ? AND session_id = ? "
+              "AND cum_before >= ? ORDER BY cum_before, seq LIMIT 1")
+# CROSS JOIN keeps the given ids as the outer loop: one key lookup per id
+FIND_CALLS = ("SELECT c.call_id, c.seq FROM json_each(?) AS j CROSS JOIN calls AS c "
+              "WHERE c.tenant = ? AND c.session_id = ? AND c.call_id = j.value AND c.seq < ?")
+_EXISTING_ONE = "SELECT id, version FROM messages WHERE tenant = ? AND session_id = ? AND id = ?"
+EXISTING = ("SELECT m.id, m.version FROM json_each(?) AS j CROSS JOIN messages AS m "
+            "WHERE m.tenant = ? AND m.session_id = ? AND m.id = j.value")
+_CALLS = ("SELECT c.call_id, c.seq FROM json_each(?) AS j CROSS JOIN calls AS c "
+          "WHERE c.tenant = ? AND c.session_id = ? AND c.call_id = j.value")
+_INSERT_MESSAGE = ("INSERT INTO messages (tenant, session_id, " + _ROW + ") "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_INSERT_CALL = "INSERT OR REPLACE INTO calls (tenant, session_id, call_id, seq) VALUES (?, ?, ?, ?)"
+_CLEAR_CUT = ("UPDATE messages SET cut_ok = 0 WHERE tenant = ? AND session_id = ? "
+              "AND seq >= ? AND seq < ?")
+_GET_SESSION = "SELECT payload FROM sessions WHERE tenant = ? AND id = ?"
+_BUMP_SESSION = "UPDATE sessions SET version = ?, payload = ? WHERE tenant = ? AND id = ?"
+_INSERT_SESSION = ("INSERT INTO sessions (version, created_at, user, parent_id, root_id, "
+                   "expires_at, payload, tenant, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                   "ON CONFLICT DO NOTHING")
+_SAVE_SESSION = ("UPDATE sessions SET version = ?, created_at = ?, user = ?, parent_id = ?, "
+                 "root_id = ?, expires_at = ?, payload = ? WHERE tenant = ? AND id = ? "
+                 "AND version = ?")
+
+_session_decoder = msgspec.json.Decoder(Session)
+_encode = msgspec.json.Encoder().encode
+
+
+def _stamp(value: datetime | None) -> str | None:
+    """A fixed-width UTC timestamp, so that text order is time order."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _session_params(s: Session) -> tuple[Any, ...]:
+    return (s.version, s.created_at.isoformat(), s.user, s.parent_id, s.root_id or s.id,
+            _stamp(s.expires_at), _encode(s).decode(), s.tenant, s.id)
+
+
+def _rows(cursor: sqlite3.Cursor) -> list[Row]:
+    return [Row(seq, mid, role, data, tokens, cum, cut == 1, orphan == 1, status, version)
+            for seq, mid, role, data, tokens, cum, cut, orphan, status, version in cursor]
+
+
+class _Connection(sqlite3.Connection):
+    """A connection that can be weakly referenced (so the store can close them all)."""
+
+
+class _Txn:
+    """``AppendTxn`` over a connection inside ``BEGIN IMMEDIATE``."""
+
+    __slots__ = ("conn", "session", "session_id", "tenant")
+
+    def __init__(self, conn: sqlite3.Connection, tenant: str, session_id: str) -> None:
+        self.conn, self.tenant, self.session_id = conn, tenant, session_id
+        found = conn.execute(_GET_SESSION, (tenant, session_id)).fetchone()
+        self.session: Session | None = (None if found is None
+                                        else _session_decoder.decode(found[0]))
+
+    def existing(self, ids: Sequence[str]) -> dict[str, int]:
+        if len(ids) == 1:
+            cursor = self.conn.execute(_EXISTING_ONE, (self.tenant, self.session_id, ids[0]))
+        else:
+            cursor = self.conn.execute(EXISTING, (_encode(list(ids)), self.tenant,
+                                                  self.session_id))
+        return dict(cursor.fetchall())
+
+    def calls(self, call_ids: Sequence[str]) -> dict[str, int]:
+        cursor = self.conn.execute(_CALLS, (_encode(list(call_ids)), self.tenant,
+                                            self.session_id))
+        return dict(cursor.fetchall())
+
+    def write(self, rows: list[Row], calls: dict[str, int], clear: tuple[int, int] | None,
+              session: Session, assets: dict[str, tuple[bytes, str]]) -> None:
+        conn, key = self.conn, (self.tenant, self.session_id)
+        if clear is not None and clear[0] < clear[1]:
+            conn.execute(_CLEAR_CUT, (*key, *clear))
+        if len(rows) == 1:
+            conn.execute(_INSERT_MESSAGE, (*key, *rows[0]))
+        else:
+            conn.executemany(_INSERT_MESSAGE, [(*key, *r) for r in rows])
+        if calls:
+            conn.executemany(_INSERT_CALL, [(*key, c, seq) for c, seq in calls.items()])
+        for sha, (data, mime_type) in assets.items():
+            conn.execute("INSERT OR IGNORE INTO assets (tenant, sha256, mime_type, data) "
+                         "VALUES (?, ?, ?, ?)", (self.tenant, sha, mime_type, data))
+            conn.execute("INSERT OR IGNORE INTO asset_refs (tenant, sha256, session_id) "
+                         "VALUES (?, ?, ?)", (self.tenant, sha, self.session_id))
+        conn.execute(_BUMP_SESSION, (session.version, _encode(session).decode(), *key))
+
+
+class SQLiteStore(BaseStore):
+    """A store in one SQLite file (``sqlite:///path.db``), or ``:memory:``.
+
+    ``synchronous`` is ``"NORMAL"`` (survives a process crash; the default) or
+    ``"FULL"`` / ``"EXTRA"`` (survives power loss too). ``timeout`` is how many
+    seconds a write waits for another process holding the file's write lock.
+    """
+
+    def __init__(self, path: str | PathLike[str] = "chathistory.db",
+                 counter: str | TokenCounter | None = None, *, timeout: float = 30.0,
+                 synchronous: str = "NORMAL") -> None:
+        super().__init__(counter)
+        synchronous = synchronous.upper()
+        if synchronous not in _SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
+        if timeout < 0:
+            raise ValueError("timeout must be >= 0")
+        self.path = fspath(path)
+        self.timeout = float(timeout)
+        self.synchronous = synchronous
+        self._closed = False
+        self._write_lock = threading.RLock()
+        self._all: weakref.WeakSet[_Connection] = weakref.WeakSet()
+        self._local = threading.local()
+        self._shared: _Connection | None = None
+        # Reads need no lock with a connection per thread; one shared
+        # connection (":memory:", which is private to its connection) needs it.
+        self._read_lock: AbstractContextManager[Any] = nullcontext()
+        first = self._connect()
+        if self.path == ":memory:" or self.path.startswith("file::memory:"):
+            self._shared, self._read_lock = first, self._write_lock
+        else:
+            self._local.conn = first
+            first.execute("PRAGMA journal_mode=WAL")  # persistent in the file
+        self._migrate(first)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> SQLiteStore:
+        """``sqlite:///relative.db``, ``sqlite:////abs/path.db``, ``sqlite:///:memory:``;
+        ``?synchronous=FULL&timeout=5`` in the URL or as keyword options."""
+        scheme, sep, rest = url.partition("://")
+        if scheme.lower() != "sqlite" or not sep or not rest.startswith("/") or rest == "/":
+            raise ValueError(f"not a SQLite URL: {url!r} (use sqlite:///path.db or "
+                             "sqlite:///:memory:)")
+        location, _, query = rest[1:].partition("?")
+        for name, value in parse_qsl(query, strict_parsing=bool(query)):
+            if name == "timeout":
+                options.setdefault("timeout", float(value))
+            elif name == "synchronous":
+                options.setdefault("synchronous", value)
+            else:
+                raise ValueError(f"unknown SQLite URL option {name!r}")
+        return cls(unquote(location), **options)
+
+    # ---------------------------------------------------------------- connections
+
+    def _connect(self) -> _Connection:
+        if self._closed:
+            raise sqlite3.ProgrammingError("the store is closed")
+        conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None,
+                               check_same_thread=False, factory=_Connection,
+                               cached_statements=256)
+        # synchronous is one of _SYNCHRONOUS; busy_timeout is a number
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
+        conn.execute("PRAGMA foreign_keys=ON")
+        # A checkpoint (which fsyncs) every ~40 MB of WAL instead of every ~4 MB:
+        # an append dirties several pages, and most are the same pages again.
+        conn.execute("PRAGMA wal_autocheckpoint=10000")
+        self._all.add(conn)
+        return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._shared is not None:
+            return self._shared
+        conn: _Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._connect()
+        return conn
+
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        """``BEGIN IMMEDIATE``: take the write lock now, not at the first write, so
+        that two writers never deadlock; wait for other processes up to ``timeout``
+        (busy_timeout waits; this loop covers the SQLITE_BUSY it does not)."""
+        deadline: float | None = None
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                    raise
+                now = time.monotonic()
+                deadline = now + self.timeout if deadline is None else deadline
+                if now >= deadline:
+                    raise
+                time.sleep(0.002)
+
+    @contextmanager
+    def atomic(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction on this thread's connection; nested calls are
+        savepoints, so an inner failure rolls back only its own part."""
+        with self._write_lock:
+            conn = self._conn()
+            if conn.in_transaction:
+                conn.execute("SAVEPOINT nested")
+                try:
+                    yield conn
+                except BaseException:
+                    conn.execute("ROLLBACK TO nested")
+                    conn.execute("RELEASE nested")
+                    raise
+                conn.execute("RELEASE nested")
+                return
+            self._begin(conn)
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        with self._read_lock:
+            return self._conn().execute(sql, params).fetchall()
+
+    def _fetch_rows(self, sql: str, params: Sequence[Any]) -> list[Row]:
+        with self._read_lock:
+            return _rows(self._conn().execute(sql, params))
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        with self._write_lock:
+            conn.execute("CREATE TABLE IF NOT EXISTS migrations "
+                         "(name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+            done = {name for (name,) in conn.execute("SELECT name FROM migrations")}
+            for name, statements in MIGRATIONS:
+                if name in done:
+                    continue
+                with self.atomic():
+                    # another process may have applied it while we waited
+                    if conn.execute("SELECT 1 FROM migrations WHERE name = ?",
+                                    (name,)).fetchone():
+                        continue
+                    for statement in statements:
+                        conn.execute(statement)
+                    conn.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)",
+                                 (name, _stamp(utcnow())))
+
+    def close(self) -> None:
+        """Close every connection this store opened (use from one thread, at the end)."""
+        self._closed = True
+        with self._write_lock:
+            for conn in list(self._all):
+                conn.close()
+            self._all = weakref.WeakSet()
+
+    # ---------------------------------------------------------------- sessions
+
+    def _b_insert_session(self, session: Session) -> None:
+        with self.atomic() as conn:
+            if conn.execute(_INSERT_SESSION, _session_params(session)).rowcount != 1:
+                raise Conflict(f"session {session.id!r} exists")
+
+    def _b_get_session(self, tenant: str, session_id: str) -> Session | None:
+        found = self._fetch(_GET_SESSION, (tenant, session_id))
+        return _session_decoder.decode(found[0][0]) if found else None
+
+    def _b_save_session(self, session: Session, expected_version: int) -> bool:
+        with self.atomic() as conn:
+            params = (*_session_params(session), expected_version)
+            return conn.execute(_SAVE_SESSION, params).rowcount == 1
+
+    def _b_list_sessions(self, tenant: str, after: tuple[str, str] | None, limit: int,
+                         user: str | None) -> list[Session]:
+        # built from fixed fragments only; every value is a parameter
+        sql = "SELECT payload FROM sessions WHERE tenant = ?"
+        params: list[Any] = [tenant]
+        if user is not None:
+            sql += " AND user = ?"
+            params.append(user)
+        if after is not None:
+            sql += " AND (created_at, id) > (?, ?)"
+            params.extend(after)
+        sql += " ORDER BY created_at, id LIMIT ?"
+        params.append(limit)
+        return [_session_decoder.decode(p) for (p,) in self._fetch(sql, params)]
+
+    def _b_children(self, tenant: str, session_id: str) -> list[Session]:
+        found = self._fetch("SELECT payload FROM sessions INDEXED BY sessions_by_parent "
+                            "WHERE tenant = ? AND parent_id = ?",
+                            (tenant, session_id))
+        return [_session_decoder.decode(p) for (p,) in found]
+
+    def _b_tree(self, tenant: str, root_id: str) -> list[Session]:
+        found = self._fetch("SELECT payload FROM sessions INDEXED BY sessions_by_root "
+                            "WHERE tenant = ? AND root_id = ?", (tenant, root_id))
+        return [_session_decoder.decode(p) for (p,) in found]
+
+    def _b_delete_session(self, tenant: str, session_id: str) -> None:
+        # messages, calls, status overrides and asset references go by ON DELETE CASCADE
+        with self.atomic() as conn:
+            conn.execute("DELETE FROM sessions WHERE tenant = ? AND id = ?", (tenant, session_id))
+
+    # ---------------------------------------------------------------- messages
+
+    def _b_append(self, tenant: str, session_id: str, fn: Callable[[Any], T]) -> T:
+        # BEGIN IMMEDIATE holds the file's write lock for the whole function, so
+        # there is no write race to retry: fn runs exactly once.
+        with self.atomic() as conn:
+            return fn(_Txn(conn, tenant, session_id))
+
+    def _b_rows(self, tenant: str, session_id: str, lo: int, hi: int) -> list[Row]:
+        return self._fetch_rows(ROWS, (tenant, session_id, lo, hi))
+
+    def _b_tail_rows(self, tenant: str, session_id: str, hi: int, n: int) -> list[Row]:
+        rows = self._fetch_rows(TAIL, (tenant, session_id, hi, n))
+        rows.reverse()
+        return rows
+
+    def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:
+        found = self._fetch(SEQ_AT_CUM, (tenant, session_id, cum))
+        return int(found[0][0]) if found else None
+
+    def _b_kept_rows(self, tenant: str, session_id: str, hi: int) -> list[Row]:
+        return self._fetch_rows(KEPT, (tenant, session_id, hi))
+
+    def _b_row_by_id(self, tenant: str, session_id: str, message_id: str) -> Row | None:
+        rows = self._fetch_rows(BY_ID, (tenant, session_id, message_id))
+        return rows[0] if rows else None
+
+    def _b_find_calls(self, tenant: str, session_id: str, call_ids: Sequence[str],
+                      hi: int) -> dict[str, int]:
+        if not call_ids:
+            return {}
+        return dict(self._fetch(FIND_CALLS, (_encode(list(call_ids)), tenant, session_id, hi)))
+
+    def _b_set_status(self, tenant: str, session_id: str, seqs: Sequence[int], status: int,
+                      overrides: Sequence[int]) -> None:
+        with self.atomic() as conn:
+            conn.executemany("UPDATE messages SET status = ? WHERE tenant = ? AND session_id = ? "
+                             "AND seq = ?", [(status, tenant, session_id, s) for s in seqs])
+            conn.executemany("INSERT OR REPLACE INTO status_overrides "
+                             "(tenant, session_id, seq, status) VALUES (?, ?, ?, ?)",
+                             [(tenant, session_id, s, status) for s in overrides])
+
+    def _b_overrides(self, tenant: str, session_id: str) -> dict[int, int]:
+        return dict(self._fetch("SELECT seq, status FROM status_overrides "
+                                "WHERE tenant = ? AND session_id = ?", (tenant, session_id)))
+
+    def _b_truncate(self, tenant: str, session_id: str, seq: int, session: Session,
+                    expected_version: int) -> bool:
+        with self.atomic() as conn:
+            params = (*_session_params(session), expected_version)
+            if conn.execute(_SAVE_SESSION, params).rowcount != 1:
+                return False
+            key = (tenant, session_id)
+            conn.execute("DELETE FROM messages WHERE tenant = ? AND session_id = ? "
+                         "AND seq >= ?", (*key, seq))
+            conn.execute("DELETE FROM calls WHERE tenant = ? AND session_id = ? AND seq >= ?",
+                         (*key, seq))
+            if seq == 0:
+                conn.execute("DELETE FROM status_overrides WHERE tenant = ? AND session_id = ?",
+                             key)
+                conn.execute("DELETE FROM asset_refs WHERE tenant = ? AND session_id = ?", key)
+            return True
+
+    # ---------------------------------------------------------------- assets, retention
+
+    def _b_get_asset(self, tenant: str, sha256: str) -> bytes | None:
+        found = self._fetch("SELECT data FROM assets WHERE tenant = ? AND sha256 = ?",
+                            (tenant, sha256))
+        return bytes(found[0][0]) if found else None
+
+    def _b_gc_assets(self, tenant: str) -> int:
+        with self.atomic() as conn:
+            return conn.execute(
+                "DELETE FROM assets WHERE tenant = ? AND NOT EXISTS (SELECT 1 FROM asset_refs r "
+                "WHERE r.tenant = assets.tenant AND r.sha256 = assets.sha256)", (tenant,)
+            ).rowcount
+
+    def _b_expired(self, now: datetime) -> list[tuple[str, str]]:
+        found = self._fetch("SELECT tenant, id FROM sessions WHERE expires_at <= ?",
+                            (_stamp(now),))
+        return [(tenant, sid) for tenant, sid in found]

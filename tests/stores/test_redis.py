@@ -1,0 +1,369 @@
+"""What is specific to RedisStore: key layout, cross-slot safety, Redis Cluster
+(the whole conformance suite again, on a three-master cluster started here) and
+durability with AOF ``appendfsync always`` across a ``kill -9``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import test_conformance as conformance  # the suite's functions, rerun here on a cluster
+
+from chathistory import Attachment, Message, MissingDependency
+from chathistory.stores.redis import RedisStore, _esc, _parse_url
+
+redis = pytest.importorskip("redis")
+key_slot = pytest.importorskip("redis.cluster").key_slot
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+REDIS_URL = os.environ.get("CHATHISTORY_TEST_REDIS", "redis://127.0.0.1:6379/0")
+SERVER = shutil.which("redis-server")
+CLI = shutil.which("redis-cli")
+
+
+def need_binaries() -> None:
+    if SERVER and CLI:
+        return
+    message = "redis-server / redis-cli not installed"
+    if IN_CI:
+        pytest.fail(f"{message} (CI=true: the Redis Cluster tests must run)")
+    pytest.skip(message)
+
+
+def free_port() -> int:
+    """A loopback port that is free, and so is its cluster bus port (+10000)."""
+    for _ in range(200):
+        port = 20000 + int(uuid.uuid4().int % 20000)
+        if all(_free(p) for p in (port, port + 10000)):
+            return port
+    raise RuntimeError("no free port")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_for(check: Any, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{what} not ready after {timeout} s")
+
+
+def cli(port: int, *args: str) -> str:
+    assert CLI is not None
+    return subprocess.run([CLI, "-p", str(port), *args], capture_output=True, text=True,
+                          timeout=30).stdout
+
+
+def png_sha(data: bytes) -> str:
+    return Attachment.from_bytes(data).sha256
+
+
+def new_store(url: str, **options: Any) -> RedisStore:
+    return RedisStore(url, counter="approx", prefix=f"t{uuid.uuid4().hex[:12]}",
+                      flush_prefix_on_close=True, **options)
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A three-master Redis Cluster on loopback, no persistence, shut down after."""
+    need_binaries()
+    assert SERVER is not None and CLI is not None
+    workdir = tmp_path_factory.mktemp("redis-cluster")
+    ports: list[int] = []
+    try:
+        for _ in range(3):
+            port = free_port()
+            subprocess.run([SERVER, "--port", str(port), "--bind", "127.0.0.1",
+                            "--cluster-enabled", "yes", "--cluster-config-file",
+                            f"nodes-{port}.conf", "--save", "", "--appendonly", "no",
+                            "--daemonize", "yes", "--dir", str(workdir),
+                            "--logfile", f"redis-{port}.log"], check=True, timeout=30)
+            ports.append(port)
+        for port in ports:
+            wait_for(lambda p=port: cli(p, "ping").strip() == "PONG", f"node {port}")
+        subprocess.run([CLI, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports),
+                        "--cluster-replicas", "0", "--cluster-yes"], check=True,
+                       capture_output=True, timeout=60)
+        for port in ports:
+            wait_for(lambda p=port: "cluster_state:ok" in cli(p, "cluster", "info"),
+                     f"cluster state at {port}")
+        yield f"redis+cluster://127.0.0.1:{ports[0]}"
+    finally:
+        for port in ports:
+            cli(port, "shutdown", "nosave")
+
+
+@pytest.fixture
+def store(cluster_url: str) -> Iterator[RedisStore]:
+    """Overrides the conftest ``store``: the conformance functions below run on the cluster."""
+    s = new_store(cluster_url)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def redis_store() -> Iterator[RedisStore]:
+    """A store on the shared test server (``CHATHISTORY_TEST_REDIS``)."""
+    try:
+        s = new_store(REDIS_URL)
+    except Exception as exc:
+        if IN_CI:
+            pytest.fail(f"Redis unreachable: {exc} (CI=true: server backends must be tested)")
+        pytest.skip(f"Redis unreachable: {exc}")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+for _name in dir(conformance):
+    if _name.startswith("test_"):
+        globals()[f"test_cluster_{_name[5:]}"] = getattr(conformance, _name)
+
+
+# ---------------------------------------------------------------- key layout
+
+
+def test_every_key_of_a_session_shares_one_slot(redis_store: RedisStore,
+                                                png_bytes: bytes) -> None:
+    tenant, sid = "acme:{eu}", "chat}:{1"  # ids that would break a naive tag
+    redis_store.create_session(sid, tenant=tenant, user="u:1")
+    turn = conformance.tool_turn(0)
+    redis_store.append(sid, [Message.system("s"), *turn,
+                             Message.user("pic", Attachment.from_bytes(png_bytes))],
+                       tenant=tenant)
+    fork = redis_store.fork(sid, turn[2].id, tenant=tenant)
+    redis_store.append(fork.id, [Message.tool_result("c0a", "x")], tenant=tenant)
+    redis_store.mark(fork.id, [turn[0].id], 0, tenant=tenant)
+    keys = {k.decode() for k in redis_store._r.scan_iter(match=f"{redis_store.prefix}:*")}
+    own = [k for k in redis_store._keys(tenant, sid) if k in keys]
+    assert len(own) >= 7  # session, rows, ids, cum, kept, calls, refs
+    assert len({key_slot(k.encode()) for k in own}) == 1
+    tenant_keys = [k for k in keys if k.startswith(redis_store._tenant_key(tenant, ""))]
+    assert {k.rsplit("}:", 1)[1] for k in tenant_keys} == {
+        "sessions", "user:u%3A1", "assets", "asset_types", f"refs:{png_sha(png_bytes)}",
+        f"tree:{_esc(sid)}", f"children:{_esc(sid)}"}  # no TTL: no expiry entry
+    assert len({key_slot(k.encode()) for k in tenant_keys}) == 1
+    # every key is one of this session's, its fork's, the tenant's or the tenant list
+    fork_keys = set(redis_store._keys(tenant, fork.id))
+    assert keys == set(own) | (fork_keys & keys) | set(tenant_keys) | {
+        f"{redis_store.prefix}:tenants"}
+
+
+def test_escaped_ids_do_not_collide(redis_store: RedisStore) -> None:
+    redis_store.create_session("b:c", tenant="a")
+    redis_store.create_session("c", tenant="a:b")
+    redis_store.append("b:c", [Message.user("one")], tenant="a")
+    assert redis_store.tail("c", 5, tenant="a:b") == []
+    assert [s.id for s in redis_store.list_sessions(tenant="a").items] == ["b:c"]
+    assert [s.id for s in redis_store.list_sessions(tenant="a:b").items] == ["c"]
+
+
+# ---------------------------------------------------------------- cross-slot safety
+
+
+def test_stale_index_entries_are_filtered(redis_store: RedisStore) -> None:
+    """A crash between the session's slot and the tenant's leaves index entries
+    behind; every read ignores them and deletes still work."""
+    s = redis_store.create_session("s", user="alice", ttl=0.05)
+    redis_store.append("s", conformance.chat(2))
+    fork = redis_store.fork("s")
+    redis_store.create_session("live", user="alice")
+    for sid in ("s", fork.id):  # the session's keys go, its index entries stay
+        redis_store._r.delete(*redis_store._keys("default", sid))
+    assert [x.id for x in redis_store.list_sessions().items] == ["live"]
+    assert [x.id for x in redis_store.list_sessions(user="alice").items] == ["live"]
+    assert redis_store._b_children("default", s.id) == []
+    assert redis_store._b_tree("default", s.id) == []
+    time.sleep(0.1)
+    assert redis_store.purge_expired() == 0
+    assert redis_store._r.zcard(redis_store._tenant_key("default", "expiry")) == 0
+    redis_store.create_session("s")  # the same id again: a new incarnation, not the old entries
+    assert [x.id for x in redis_store.lineage("s")] == ["s"]
+    assert redis_store.erase(tenant="default", user="alice") == 1  # "live"
+    assert [x.id for x in redis_store.list_sessions().items] == ["s"]
+
+
+def test_asset_gc_and_references_in_flight(redis_store: RedisStore, png_bytes: bytes) -> None:
+    att = Attachment.from_bytes(png_bytes)
+    s = redis_store.create_session("s")
+    redis_store.append("s", [Message.user("pic", att)])
+    r = redis_store._r
+    refs = redis_store._tenant_key("default", f"refs:{att.sha256}")
+    assets = redis_store._tenant_key("default", "assets")
+    # an append that wrote its tenant reference but has not run its script yet
+    other = redis_store.create_session("other")
+    epoch = r.hget(redis_store._keys("default", other.id).session, "r").decode()
+    r.sadd(refs, f"{epoch}|other")
+    redis_store.delete_session(s.id)  # gc runs: the in-flight reference keeps the asset
+    assert redis_store.get_asset(att.sha256) == png_bytes
+    redis_store.clear("other")  # a new epoch: that reference is stale now
+    assert r.hexists(assets, att.sha256) == 0
+    assert r.scard(refs) == 0
+
+
+# ---------------------------------------------------------------- cost model
+
+
+def test_reads_touch_only_the_rows_they_need(redis_store: RedisStore) -> None:
+    s = redis_store.create_session()
+    msgs = [Message.system("sys")]
+    for i in range(300):
+        msgs += conformance.chat(4, f"t{i}") + conformance.tool_turn(i)
+    for a in range(0, len(msgs), 500):
+        redis_store.append(s.id, msgs[a:a + 500])
+    fields: list[int] = []
+    real = redis_store._r
+
+    class Counting:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def hmget(self, key: str, names: list[str], *args: Any) -> Any:
+            fields.append(len(names))
+            return real.hmget(key, names, *args)
+
+    redis_store._r = Counting()
+    try:
+        got = redis_store.window(s.id, 400, keep_system=True)
+        tail = redis_store.tail(s.id, 20)
+    finally:
+        redis_store._r = real
+    assert got[0].role == "system" and 20 <= len(tail) < 30
+    assert sum(fields) < 250, fields  # of 3,001 rows
+
+
+# ---------------------------------------------------------------- connecting
+
+
+def test_unreachable_server_fails_fast() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: refused
+        started = time.monotonic()
+        with pytest.raises(redis.ConnectionError):
+            RedisStore(f"redis://127.0.0.1:{port}/0")
+    assert time.monotonic() - started < 10
+
+
+def test_silent_server_times_out() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)  # the kernel accepts; nobody answers
+        started = time.monotonic()
+        with pytest.raises(redis.TimeoutError):
+            RedisStore(f"redis://127.0.0.1:{s.getsockname()[1]}/0", socket_timeout=0.5)
+    assert time.monotonic() - started < 5
+
+
+def test_urls_and_prefixes() -> None:
+    assert _parse_url("redis://h:1/2") == ("redis://h:1/2", False)
+    assert _parse_url("redis+cluster://h:1") == ("redis://h:1", True)
+    assert _parse_url("rediss://h:1?cluster=true&ssl_cert_reqs=none") == (
+        "rediss://h:1?ssl_cert_reqs=none", True)
+    with pytest.raises(ValueError):
+        _parse_url("http://h")
+    for bad in ("", "a:b", "x{y}", "a*", "a b"):
+        with pytest.raises(ValueError):
+            RedisStore(REDIS_URL, prefix=bad)
+
+
+def test_cluster_urls(cluster_url: str) -> None:
+    plain = cluster_url.replace("redis+cluster://", "redis://")
+    for url in (cluster_url, plain + "?cluster=true"):
+        s = RedisStore.from_url(url, prefix=f"t{uuid.uuid4().hex[:12]}",
+                                flush_prefix_on_close=True)
+        assert s.cluster
+        s.create_session("x")
+        s.append("x", conformance.chat(3))
+        assert s.count("x") == 3
+        s.close()
+
+
+def test_close_flushes_only_its_prefix(redis_store: RedisStore) -> None:
+    other = new_store(REDIS_URL)
+    other.create_session("keep")
+    mine = new_store(REDIS_URL)
+    mine.create_session("gone")
+    mine.append("gone", conformance.chat(2))
+    mine.close()
+    assert list(redis_store._r.scan_iter(match=f"{mine.prefix}:*")) == []
+    assert other.get_session("keep").id == "keep"
+    other.close()
+
+
+def test_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "redis", None)
+    with pytest.raises(MissingDependency, match=r"chathistory\[redis\]"):
+        RedisStore(REDIS_URL)
+
+
+# ---------------------------------------------------------------- durability
+
+
+def start_server(port: int, workdir: Path, *options: str) -> subprocess.Popen[bytes]:
+    assert SERVER is not None
+    proc = subprocess.Popen([SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir",
+                             str(workdir), "--save", "", *options],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: cli(port, "ping").strip() == "PONG", f"redis-server at {port}")
+    return proc
+
+
+@pytest.mark.parametrize("persistence", ["aof-always", "none"])
+def test_acknowledged_appends_survive_kill_9(tmp_path: Path, persistence: str) -> None:
+    need_binaries()
+    options = (["--appendonly", "yes", "--appendfsync", "always"]
+               if persistence == "aof-always" else ["--appendonly", "no"])
+    port = free_port()
+    proc = start_server(port, tmp_path, *options)
+    try:
+        store = RedisStore(f"redis://127.0.0.1:{port}/0", counter="approx")
+        store.create_session("s")
+        acknowledged: list[str] = []
+        for i in range(50):
+            batch = [Message.user(f"q{i}"), Message.assistant(f"a{i}")]
+            store.append("s", batch)
+            acknowledged += [m.id for m in batch]
+        store._r.close()
+    finally:
+        proc.kill()  # SIGKILL: no shutdown, no final fsync
+        proc.wait(timeout=30)
+    proc = start_server(port, tmp_path, *options)
+    try:
+        store = RedisStore(f"redis://127.0.0.1:{port}/0", counter="approx")
+        if persistence == "none":
+            assert store._b_get_session("default", "s") is None  # the test can tell
+        else:
+            assert [m.id for m in store.range("s")] == acknowledged
+            assert store.get_session("s").version == 50
+        store.close()
+    finally:
+        cli(port, "shutdown", "nosave")
+        proc.wait(timeout=30)
