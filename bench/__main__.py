@@ -8,9 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import foundation
+from . import foundation, window
 
-SUITES: dict[str, Callable[..., dict[str, Any]]] = {"foundation": foundation.run}
+SUITES: dict[str, Callable[..., dict[str, Any]]] = {
+    "foundation": foundation.run,
+    "window": window.run,
+}
 RESULTS = Path(__file__).resolve().parent / "results"
 
 

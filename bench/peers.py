@@ -527,3 +527,315 @@ ROUND_TRIPS: list[type[RoundTrip]] = [
     AgentFrameworkRoundTrip,
     LlamaindexRoundTrip,
 ]
+
+
+# --- context window (the window suite) -----------------------------------------
+#
+# A conversation turn as each library runs it: the user's message arrives, the
+# library lays out the prompt, the assistant's reply is appended. Each adapter
+# records which conversation message every object it creates stands for
+# (`source`), so that prompts from different libraries compare message by
+# message. Every library counts with `chat_message_tokens`: chathistory's
+# accounting (OpenAI's: 3 per message + the role + the text, 3 priming per prompt).
+
+PRIMING_TOKENS = 3
+
+
+def chat_message_tokens(role: str, text: str) -> int:
+    """One message in OpenAI's chat accounting, exactly as chathistory counts it."""
+    return PER_MESSAGE_OVERHEAD + count_text(role) + count_text(text)
+
+
+def run_sync(coroutine: Any) -> Any:
+    """Run a coroutine that never suspends (the async reducers and compaction
+    strategies measured here do no I/O) without an event loop, so no loop
+    overhead is charged to the library."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise RuntimeError("the coroutine suspended: it needs an event loop")
+
+
+class WindowPeer:
+    """One library's context window over a growing conversation."""
+
+    name = ""
+    distribution = ""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._index: dict[int, int] = {}
+        self._alive: list[Any] = []  # keeps every object alive, so id() stays unique
+        self._next = 0
+
+    def _register(self, obj: Any) -> Any:
+        self._index[id(obj)] = self._next
+        self._alive.append(obj)
+        self._next += 1
+        return obj
+
+    def source(self, obj: Any) -> int:
+        """Position in the conversation (0 = the system prompt) of a prompt message."""
+        return self._index[id(obj)]
+
+    def start(self, system: str) -> None:
+        """Untimed set-up: an empty conversation with its system prompt."""
+        raise NotImplementedError
+
+    def user(self, text: str) -> list[Any]:
+        """The user's message arrives: append it and return this turn's prompt
+        (a new list, oldest first)."""
+        raise NotImplementedError
+
+    def assistant(self, text: str) -> None:
+        """Append the assistant's reply."""
+        raise NotImplementedError
+
+
+class ChathistoryWindowPeer(WindowPeer):
+    """`ContextWindow(budget, **options).plan(history)` after each user message."""
+
+    distribution = "chathistory"
+
+    def __init__(self, budget: int, name: str = "", **options: Any) -> None:
+        super().__init__(budget)
+        self.options = options
+        self.name = name or f"chathistory ContextWindow({budget})"
+        self.plans: list[Any] = []  # every WindowPlan, to check its own numbers
+
+    def start(self, system: str) -> None:
+        module = _chathistory()
+        from chathistory.window import ContextWindow
+
+        self.history = module.History(counter=ENCODING)
+        self.history.add(self._register(module.Message.system(system)))
+        self.window = ContextWindow(self.budget, ENCODING, **self.options)
+        self.message = module.Message
+
+    def user(self, text: str) -> list[Any]:
+        self.history.add(self._register(self.message.user(text)))
+        plan = self.window.plan(self.history)
+        self.plans.append(plan)
+        return plan.messages  # type: ignore[no-any-return]
+
+    def assistant(self, text: str) -> None:
+        self.history.add(self._register(self.message.assistant(text)))
+
+
+class ChathistorySlidingPeer(ChathistoryWindowPeer):
+    """`History.by_tokens(budget, keep_system=True)` every turn: a sliding window."""
+
+    def __init__(self, budget: int) -> None:
+        super().__init__(budget, name=f"chathistory by_tokens({budget}, keep_system) sliding")
+
+    def user(self, text: str) -> list[Any]:
+        self.history.add(self._register(self.message.user(text)))
+        return self.history.by_tokens(self.budget, keep_system=True)  # type: ignore[no-any-return]
+
+
+_LANGCHAIN_ROLE = {"human": "user", "ai": "assistant", "system": "system"}
+
+
+def _make_langchain_chat_counter() -> Callable[..., int]:
+    base_message = _langchain_messages().BaseMessage
+
+    def count_langchain_chat_message(message: base_message) -> int:  # type: ignore[valid-type]
+        content = message.content
+        text = content if isinstance(content, str) else str(content)
+        role = _LANGCHAIN_ROLE.get(message.type, message.type)
+        tokens = chat_message_tokens(role, text)
+        if message.name:
+            tokens += NAME_OVERHEAD + count_text(message.name)
+        return tokens
+
+    return count_langchain_chat_message
+
+
+class LangchainWindowPeer(WindowPeer):
+    """`trim_messages(strategy="last", include_system=True, start_on="human")` over
+    the whole conversation each turn, budget minus the reply priming."""
+
+    distribution = "langchain-core"
+
+    def __init__(self, budget: int, memoize: bool = False) -> None:
+        super().__init__(budget)
+        self.memoize = memoize
+        self.name = "LangChain trim_messages (sliding)" + (
+            " + app-memoized counts" if memoize else ""
+        )
+
+    def start(self, system: str) -> None:
+        lc = _langchain_messages()
+        self.lc = lc
+        self.trim_messages = lc.trim_messages
+        counter = _make_langchain_chat_counter()
+        if self.memoize:
+            base_message = lc.BaseMessage
+            memo: dict[int, int] = {}  # by object identity; the list keeps them alive
+
+            def memoized(message: base_message) -> int:  # type: ignore[valid-type]
+                key = id(message)
+                found = memo.get(key)
+                if found is None:
+                    found = memo[key] = counter(message)
+                return found
+
+            self.counter = memoized
+        else:
+            self.counter = counter
+        self.messages = [self._register(lc.SystemMessage(system))]
+
+    def preload(self, pairs: Sequence[Pair]) -> None:
+        """Untimed: continue from a conversation already this far along."""
+        lc = self.lc
+        for user, reply in pairs:
+            self.messages.append(self._register(lc.HumanMessage(user)))
+            self.messages.append(self._register(lc.AIMessage(reply)))
+
+    def user(self, text: str) -> list[Any]:
+        message = self._register(self.lc.HumanMessage(text))
+        self.messages.append(message)
+        if self.memoize:
+            self.counter(message)  # the app pays the new message's count once
+        return self.trim_messages(  # type: ignore[no-any-return]
+            self.messages,
+            max_tokens=self.budget - PRIMING_TOKENS,
+            strategy="last",
+            token_counter=self.counter,
+            include_system=True,
+            start_on="human",
+        )
+
+    def assistant(self, text: str) -> None:
+        message = self._register(self.lc.AIMessage(text))
+        self.messages.append(message)
+        if self.memoize:
+            self.counter(message)
+
+
+class LlamaindexWindowPeer(WindowPeer):
+    """`ChatMemoryBuffer.from_defaults(token_limit=budget, tokenizer_fn=...)`: `put`
+    each message, `get(initial_token_count=...)` each turn, the system prompt kept
+    outside the buffer as a prefix, the way its chat engines (SimpleChatEngine)
+    do. It counts the joined message texts, without per-message overhead."""
+
+    name = "LlamaIndex ChatMemoryBuffer"
+    distribution = "llama-index-core"
+
+    @staticmethod
+    def tokenizer_fn(text: str) -> range:
+        # Only len() of the result is used: a range of the exact count.
+        return range(count_text(text))
+
+    def start(self, system: str) -> None:
+        memory_class, _, _ = _llamaindex()
+        self.system = self._register(llamaindex_message("system", system))
+        self.memory = memory_class.from_defaults(
+            token_limit=self.budget, tokenizer_fn=self.tokenizer_fn
+        )
+        self.initial_tokens = len(self.tokenizer_fn(system))
+
+    def user(self, text: str) -> list[Any]:
+        self.memory.put(self._register(llamaindex_message("user", text)))
+        return [self.system, *self.memory.get(initial_token_count=self.initial_tokens)]
+
+    def assistant(self, text: str) -> None:
+        self.memory.put(self._register(llamaindex_message("assistant", text)))
+
+
+class SemanticKernelWindowPeer(WindowPeer):
+    """`ChatHistoryTruncationReducer(target_count, threshold_count)`: add the message,
+    `await reduce()` each turn (count-based: it knows no tokens)."""
+
+    distribution = "semantic-kernel"
+
+    def __init__(self, budget: int, target_count: int, threshold_count: int) -> None:
+        super().__init__(budget)
+        self.target_count = target_count
+        self.threshold_count = threshold_count
+        self.name = (
+            f"Semantic Kernel ChatHistoryTruncationReducer({target_count}, {threshold_count})"
+        )
+
+    def start(self, system: str) -> None:
+        try:
+            from semantic_kernel.contents import AuthorRole, ChatMessageContent
+            from semantic_kernel.contents.history_reducer.chat_history_truncation_reducer import (
+                ChatHistoryTruncationReducer,
+            )
+        except Exception as error:
+            raise Unavailable(f"semantic-kernel not importable: {error!r}") from error
+        self.content = ChatMessageContent
+        self.user_role, self.assistant_role = AuthorRole.USER, AuthorRole.ASSISTANT
+        self.reducer = ChatHistoryTruncationReducer(
+            target_count=self.target_count, threshold_count=self.threshold_count
+        )
+        self.reducer.add_message(
+            self._register(ChatMessageContent(role=AuthorRole.SYSTEM, content=system))
+        )
+
+    def user(self, text: str) -> list[Any]:
+        self.reducer.add_message(self._register(self.content(role=self.user_role, content=text)))
+        run_sync(self.reducer.reduce())
+        return list(self.reducer.messages)
+
+    def assistant(self, text: str) -> None:
+        self.reducer.add_message(
+            self._register(self.content(role=self.assistant_role, content=text))
+        )
+
+
+class AgentFrameworkChatTokenizer:
+    """Agent Framework's `TokenizerProtocol`: it is handed each message serialized
+    as JSON; this reads the role and text back out and counts them as chathistory does."""
+
+    def count_tokens(self, text: str) -> int:
+        payload = json.loads(text)
+        body = "".join(c.get("text", "") for c in payload.get("contents", ()))
+        return chat_message_tokens(payload["role"], body)
+
+
+class AgentFrameworkWindowPeer(WindowPeer):
+    """`TruncationStrategy(max_n, compact_to, tokenizer)` run by `apply_compaction`
+    each turn over the message list (what its chat client does before a model
+    call). Token-based, with hysteresis: past `max_n` it
+    excludes the oldest groups until at most `compact_to`."""
+
+    distribution = "agent-framework-core"
+
+    def __init__(self, budget: int, compact_to: int) -> None:
+        super().__init__(budget)
+        self.max_n = budget - PRIMING_TOKENS
+        self.compact_to = compact_to
+        self.name = f"Agent Framework TruncationStrategy({self.max_n} -> {compact_to})"
+
+    def start(self, system: str) -> None:
+        try:
+            import agent_framework as af
+        except Exception as error:
+            raise Unavailable(f"agent-framework-core not importable: {error!r}") from error
+        self.af = af
+        self.tokenizer = AgentFrameworkChatTokenizer()
+        self.strategy = af.TruncationStrategy(
+            max_n=self.max_n, compact_to=self.compact_to, tokenizer=self.tokenizer
+        )
+        self.messages: list[Any] = []
+        self._add("system", system)
+
+    def _add(self, role: str, text: str) -> None:
+        # A plain append, as an agent's message list grows; apply_compaction
+        # annotates (groups, token counts) the new tail incrementally.
+        self.messages.append(self._register(self.af.Message(role, [text])))
+
+    def user(self, text: str) -> list[Any]:
+        self._add("user", text)
+        return run_sync(  # type: ignore[no-any-return]
+            self.af.apply_compaction(
+                self.messages, strategy=self.strategy, tokenizer=self.tokenizer
+            )
+        )
+
+    def assistant(self, text: str) -> None:
+        self._add("assistant", text)
