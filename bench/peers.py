@@ -176,15 +176,8 @@ def langchain_message(role: str, text: str) -> Any:
 
 
 def _make_langchain_counter() -> Callable[..., int]:
-    base_message = _langchain_messages().BaseMessage
-
-    def count_langchain_message(message: base_message) -> int:  # type: ignore[valid-type]
-        content = message.content
-        text = content if isinstance(content, str) else str(content)
-        overhead = PER_MESSAGE_OVERHEAD + (NAME_OVERHEAD if message.name else 0)
-        return count_text(text) + overhead
-
-    return count_langchain_message
+    """The same per-message count as chathistory's (overhead, role and text)."""
+    return _make_langchain_chat_counter()
 
 
 class LangchainSelector(Selector):
