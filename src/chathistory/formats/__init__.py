@@ -1,0 +1,51 @@
+"""Provider adapters: pure functions between chathistory messages and the request
+payloads of OpenAI (Chat Completions, Responses), Anthropic and Gemini.
+
+Each ``to_*`` takes ``Sequence[Message]`` and returns JSON-ready dicts for the
+provider's SDK or REST API; each ``from_*`` reads such payloads (or response
+items as dicts) back. No HTTP inside: stored attachments are loaded by the
+caller's ``resolver``.
+
+Rules every adapter follows:
+
+- Roles: ``system``, ``developer``, ``user``, ``assistant`` and ``tool`` are
+  canonical. Any other role (``agent``, ``mcp_response``) must be mapped with
+  ``role_map={"agent": "assistant"}``, else ``InvalidMessage`` at ``$[i].role``.
+  ``role_map`` may also rename a canonical role (``{"developer": "system"}``).
+- Nothing is dropped silently: a part the provider cannot carry raises
+  ``InvalidMessage`` naming its path (``$[3].parts[1]``) unless the caller
+  passes ``drop_unsupported=True``. The documented exceptions are fields with no
+  place in the provider's request (``Message.name`` outside Chat Completions,
+  ``is_error`` for OpenAI, file names for Gemini) and reasoning, which is replayed
+  only to the provider that produced it (its signature or encryption is valid
+  nowhere else; Chat Completions takes none).
+- Stored attachments (``attachment.data is None``) go through
+  ``resolver(attachment) -> bytes | str | dict``: bytes are sent inline, a str is a
+  URL (or data URL), a dict names a file the provider holds (``{"file_id": ...}``
+  for OpenAI and Anthropic, ``{"file_uri": ..., "mime_type": ...}`` for Gemini).
+  Without a resolver: ``InvalidMessage`` at ``$[i].parts[j].attachment.data``.
+- A media part's ``url`` may be ``openai-file:<id>`` / ``anthropic-file:<id>`` for a
+  file uploaded to that provider; decoding gives the same form.
+- What must be echoed back to a provider (item ids, signatures, the model's own
+  arguments string, annotations) is kept in ``provider_metadata[<format>]`` with
+  format ``openai_chat``, ``openai_responses``, ``anthropic`` or ``gemini``.
+"""
+
+from ._common import Resolver, RoleMap
+from .anthropic import from_anthropic, to_anthropic
+from .gemini import from_gemini, to_gemini
+from .openai_chat import from_openai_chat, to_openai_chat
+from .openai_responses import from_openai_responses, to_openai_responses
+
+__all__ = [
+    "Resolver",
+    "RoleMap",
+    "from_anthropic",
+    "from_gemini",
+    "from_openai_chat",
+    "from_openai_responses",
+    "to_anthropic",
+    "to_gemini",
+    "to_openai_chat",
+    "to_openai_responses",
+]

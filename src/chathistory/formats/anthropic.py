@@ -1,0 +1,405 @@
+"""Anthropic Messages API: the ``system`` and ``messages`` of ``client.messages.create``.
+
+``to_anthropic`` returns ``{"system": ..., "messages": [...]}`` (``system`` only when
+there is one), ready for ``client.messages.create(model=..., max_tokens=..., **request)``;
+``from_anthropic(system, messages)`` reads the same two fields back.
+
+Mapping, both directions:
+
+- System and developer messages, wherever they stand, are taken out to the top-level
+  ``system`` in order: a string when it is one text, else a list of text blocks.
+  Decoding gives one ``system`` message (so developer comes back as system).
+- Consecutive turns of one role are merged into one turn, as the API requires
+  alternating roles (``tool`` messages are user turns, so parallel results share a
+  turn); in a user turn the ``tool_result`` blocks are moved first, as the API
+  requires. Decoding splits a user turn into a ``tool`` message holding its run of
+  tool results (several ``ToolResult`` parts) and a ``user`` message for the rest.
+- Images (jpeg, png, gif, webp) and documents (PDF, plain text) as base64, URL or
+  file sources (a url ``anthropic-file:<id>`` is a Files API id); ``FilePart.name`` is
+  the document ``title``. Audio and other media raise (or are dropped on request).
+- ``tool_use`` / ``tool_result`` (``is_error`` kept); ``thinking`` with its
+  ``signature`` and ``redacted_thinking`` with its ``data`` are ``Reasoning`` parts
+  and go back unchanged. Reasoning from another provider is not sent.
+- ``cache_control: {"type": "ephemeral"}`` goes on the last block (not a thinking
+  block) of each message whose id is ``cache_breakpoint_id``; decoding ignores
+  ``cache_control``. ``Message.name`` has no field and is not sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, assert_never
+
+from ..errors import InvalidMessage
+from ..model import (
+    AudioPart,
+    FilePart,
+    ImagePart,
+    Message,
+    Part,
+    Reasoning,
+    ResultPart,
+    Role,
+    TextPart,
+    ToolCall,
+    ToolResult,
+)
+from ._common import (
+    FILE_ID_SCHEMES,
+    JSON,
+    FileRef,
+    Inline,
+    Options,
+    Remote,
+    Resolver,
+    RoleMap,
+    append_turn,
+    attachment,
+    b64decode,
+    canonical_role,
+    check_keys,
+    expect_dict,
+    expect_list,
+    expect_str,
+    file_ref_id,
+    kind_of_mime,
+    media_source,
+    message,
+    meta,
+    reasoning_owner,
+    split_user_turn,
+    with_meta,
+)
+
+__all__ = ["from_anthropic", "to_anthropic"]
+
+NS = "anthropic"
+_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+_UNCACHEABLE = frozenset({"thinking", "redacted_thinking"})
+
+# ---------------------------------------------------------------- encode
+
+
+def to_anthropic(
+    messages: Sequence[Message],
+    *,
+    resolver: Resolver | None = None,
+    role_map: RoleMap | None = None,
+    cache_breakpoint_id: str | Collection[str] | None = None,
+    drop_unsupported: bool = False,
+) -> JSON:
+    """``{"system": ..., "messages": [...]}`` for the Messages API.
+
+    ``cache_breakpoint_id`` (one id or several, at most four per request) names the
+    messages whose last block gets ``cache_control``; an id not among ``messages``
+    raises. Raises ``InvalidMessage`` naming the path for an unknown role, a stored
+    attachment without ``resolver``, or a part Anthropic cannot carry (audio, video,
+    media in an assistant turn) unless ``drop_unsupported``.
+    """
+    opts = Options(resolver, role_map, drop_unsupported)
+    breakpoints = ({cache_breakpoint_id} if isinstance(cache_breakpoint_id, str)
+                   else set(cache_breakpoint_id or ()))
+    system: list[JSON] = []
+    turns: list[JSON] = []
+    for i, msg in enumerate(messages):
+        role = canonical_role(msg.role, i, role_map)
+        path = f"$[{i}]"
+        match role:
+            case Role.SYSTEM | Role.DEVELOPER:
+                blocks = _system_blocks(msg, path, opts)
+                system.extend(blocks)
+            case Role.USER | Role.TOOL:
+                blocks = _user_blocks(msg, path, opts)
+                append_turn(turns, "user", blocks, "content")
+            case Role.ASSISTANT:
+                blocks = _assistant_blocks(msg, path, opts)
+                append_turn(turns, "assistant", blocks, "content")
+            case _:
+                assert_never(role)
+        if msg.id in breakpoints:
+            cacheable = [b for b in blocks if b["type"] not in _UNCACHEABLE]
+            if not cacheable:
+                raise InvalidMessage("the cache breakpoint message has no block to mark", path)
+            cacheable[-1]["cache_control"] = {"type": "ephemeral"}
+            breakpoints.discard(msg.id)
+    if breakpoints:
+        raise InvalidMessage(f"no message has id {sorted(breakpoints)[0]!r}",
+                             "$.cache_breakpoint_id")
+    for turn in turns:
+        if turn["role"] == "user":  # tool results must open the turn
+            content = turn["content"]
+            turn["content"] = ([b for b in content if b["type"] == "tool_result"]
+                               + [b for b in content if b["type"] != "tool_result"])
+    request: JSON = {"messages": turns}
+    if len(system) == 1 and "cache_control" not in system[0]:
+        request["system"] = system[0]["text"]
+    elif system:
+        request["system"] = system
+    return request
+
+
+def _system_blocks(msg: Message, path: str, opts: Options) -> list[JSON]:
+    blocks: list[JSON] = []
+    for j, part in enumerate(msg.parts):
+        if isinstance(part, TextPart):
+            if part.text:
+                blocks.append({"type": "text", "text": part.text})
+        else:
+            opts.unsupported("the Anthropic system prompt carries text only",
+                             f"{path}.parts[{j}]")
+    return blocks
+
+
+def _user_blocks(msg: Message, path: str, opts: Options) -> list[JSON]:
+    blocks: list[JSON] = []
+    for j, part in enumerate(msg.parts):
+        ppath = f"{path}.parts[{j}]"
+        match part:
+            case TextPart():
+                if part.text:
+                    blocks.append({"type": "text", "text": part.text})
+            case ImagePart() | AudioPart() | FilePart():
+                block = _encode_media(part, ppath, opts)
+                if block is not None:
+                    blocks.append(block)
+            case ToolResult():
+                blocks.append(_encode_result(part, ppath, opts))
+            case ToolCall() | Reasoning():
+                raise InvalidMessage("only assistant messages carry tool calls and reasoning",
+                                     ppath)
+            case _:
+                assert_never(part)
+    return blocks
+
+
+def _assistant_blocks(msg: Message, path: str, opts: Options) -> list[JSON]:
+    blocks: list[JSON] = []
+    for j, part in enumerate(msg.parts):
+        ppath = f"{path}.parts[{j}]"
+        match part:
+            case TextPart():
+                if part.text:
+                    text: JSON = {"type": "text", "text": part.text}
+                    if "citations" in meta(part, NS):
+                        text["citations"] = meta(part, NS)["citations"]
+                    blocks.append(text)
+            case ToolCall():
+                blocks.append({"type": "tool_use", "id": part.id, "name": part.name,
+                               "input": part.arguments})
+            case Reasoning():
+                if reasoning_owner(part) != NS:
+                    continue  # another provider's reasoning: Anthropic cannot verify it
+                if part.signature is not None:
+                    blocks.append({"type": "thinking", "thinking": part.text,
+                                   "signature": part.signature})
+                elif part.data is not None:
+                    blocks.append({"type": "redacted_thinking", "data": part.data})
+            case ImagePart() | AudioPart() | FilePart():
+                opts.unsupported("an Anthropic assistant turn cannot carry media", ppath)
+            case ToolResult():
+                raise InvalidMessage("tool results belong in a tool or user message", ppath)
+            case _:
+                assert_never(part)
+    return blocks
+
+
+def _encode_media(part: ImagePart | AudioPart | FilePart, path: str, opts: Options) -> JSON | None:
+    if isinstance(part, AudioPart):
+        opts.unsupported("Anthropic does not take audio", path)
+        return None
+    source = media_source(part, path, opts.resolver)
+    mime = (source.mime_type if not isinstance(source, FileRef) else part.media_type) or ""
+    is_image = isinstance(part, ImagePart) or kind_of_mime(mime) is ImagePart
+    src: JSON
+    match source:
+        case Inline():
+            if mime in (_IMAGE_TYPES if is_image else {"application/pdf"}):
+                src = {"type": "base64", "media_type": mime, "data": source.b64}
+            elif not is_image and mime.startswith("text/"):
+                try:
+                    src = {"type": "text", "media_type": "text/plain",
+                           "data": source.data.decode("utf-8")}
+                except UnicodeDecodeError:
+                    opts.unsupported("a text document must be UTF-8", path)
+                    return None
+            else:
+                opts.unsupported(f"Anthropic does not take {mime or 'this media'}", path)
+                return None
+        case Remote():
+            src = {"type": "url", "url": source.url}
+        case FileRef():
+            file_id = file_ref_id(source, "anthropic", path)
+            if file_id is None:
+                opts.unsupported(f"a {source.provider} file id cannot go to Anthropic", path)
+                return None
+            src = {"type": "file", "file_id": file_id}
+        case _:
+            assert_never(source)
+    if is_image:
+        return {"type": "image", "source": src}
+    block: JSON = {"type": "document", "source": src}
+    if isinstance(part, FilePart) and part.name:
+        block["title"] = part.name
+    block.update({k: v for k, v in meta(part, NS).items() if k in ("context", "citations")})
+    return block
+
+
+def _encode_result(result: ToolResult, path: str, opts: Options) -> JSON:
+    block: JSON = {"type": "tool_result", "tool_use_id": result.call_id}
+    if isinstance(result.content, str):
+        if result.content:
+            block["content"] = result.content
+    else:
+        content: list[JSON] = []
+        for k, item in enumerate(result.content):
+            if isinstance(item, TextPart):
+                content.append({"type": "text", "text": item.text})
+                continue
+            encoded = _encode_media(item, f"{path}.content[{k}]", opts)
+            if encoded is not None:
+                content.append(encoded)
+        block["content"] = content
+    if result.is_error:
+        block["is_error"] = True
+    return block
+
+
+# ---------------------------------------------------------------- decode
+
+
+def from_anthropic(
+    system: str | Iterable[Mapping[str, Any]] | None = None,
+    messages: Iterable[Mapping[str, Any]] = (),
+) -> list[Message]:
+    """Messages from a request's ``system`` and ``messages`` (``from_anthropic(**request)``
+    also works); response content can be passed as an assistant turn.
+
+    Raises ``InvalidMessage`` naming the path (``$.messages[2].content[0]``) for an
+    unsupported block type or field.
+    """
+    out: list[Message] = []
+    if system:
+        out.append(message("system", _decode_system(system, "$.system"), "$.system"))
+    names: dict[str, str] = {}
+    for i, raw in enumerate(messages):
+        path = f"$.messages[{i}]"
+        turn = expect_dict(raw, path)
+        check_keys(turn, {"role", "content"}, path)
+        role = expect_str(turn.get("role"), path + ".role")
+        content = turn.get("content")
+        if role == "system":
+            out.append(message("system", _decode_system(content, path + ".content"), path))
+            continue
+        if role not in ("user", "assistant"):
+            raise InvalidMessage(f"unsupported role {role!r}", path + ".role")
+        if isinstance(content, str):
+            parts: list[Part] = [TextPart(text=content)]
+        else:
+            parts = [_decode_block(b, f"{path}.content[{k}]", names)
+                     for k, b in enumerate(expect_list(content, path + ".content"))]
+        if role == "assistant":
+            out.append(message("assistant", parts, path))
+        else:
+            out.extend(message(r, run, path) for r, run in split_user_turn(parts))
+    return out
+
+
+def _decode_system(system: Any, path: str) -> list[Part]:
+    if isinstance(system, str):
+        return [TextPart(text=system)]
+    parts: list[Part] = []
+    for k, raw in enumerate(expect_list(system, path)):
+        block = expect_dict(raw, f"{path}[{k}]")
+        check_keys(block, {"type", "text", "cache_control"}, f"{path}[{k}]")
+        if block.get("type") != "text":
+            raise InvalidMessage("system blocks must be text", f"{path}[{k}].type")
+        parts.append(TextPart(text=expect_str(block.get("text"), f"{path}[{k}].text")))
+    return parts
+
+
+_BLOCK_KEYS = {
+    "text": {"type", "text", "citations", "cache_control"},
+    "image": {"type", "source", "cache_control"},
+    "document": {"type", "source", "title", "context", "citations", "cache_control"},
+    "tool_use": {"type", "id", "name", "input", "cache_control"},
+    "tool_result": {"type", "tool_use_id", "content", "is_error", "cache_control"},
+    "thinking": {"type", "thinking", "signature"},
+    "redacted_thinking": {"type", "data"},
+}
+
+
+def _decode_block(raw: Any, path: str, names: dict[str, str]) -> Part:
+    block = expect_dict(raw, path)
+    kind = block.get("type")
+    if not isinstance(kind, str) or kind not in _BLOCK_KEYS:
+        raise InvalidMessage(f"unsupported block type {kind!r}", path + ".type")
+    check_keys(block, _BLOCK_KEYS[kind], path)
+    match kind:
+        case "text":
+            return TextPart(text=expect_str(block.get("text"), path + ".text"),
+                            provider_metadata=with_meta(NS, citations=block.get("citations")))
+        case "image" | "document":
+            return _decode_media(block, path)
+        case "tool_use":
+            call = ToolCall(id=expect_str(block.get("id"), path + ".id"),
+                            name=expect_str(block.get("name"), path + ".name"),
+                            arguments=dict(expect_dict(block.get("input"), path + ".input")))
+            names[call.id] = call.name
+            return call
+        case "tool_result":
+            call_id = expect_str(block.get("tool_use_id"), path + ".tool_use_id")
+            return ToolResult(call_id=call_id, content=_decode_result(block.get("content"), path),
+                              is_error=bool(block.get("is_error")), name=names.get(call_id))
+        case "thinking":
+            return Reasoning(text=expect_str(block.get("thinking"), path + ".thinking"),
+                             signature=expect_str(block.get("signature"), path + ".signature"))
+        case _:  # redacted_thinking
+            return Reasoning(data=expect_str(block.get("data"), path + ".data"))
+
+
+def _decode_result(content: Any, path: str) -> str | list[ResultPart]:
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts: list[ResultPart] = []
+    for k, raw in enumerate(expect_list(content, path + ".content")):
+        kpath = f"{path}.content[{k}]"
+        block = expect_dict(raw, kpath)
+        if block.get("type") == "text":
+            check_keys(block, _BLOCK_KEYS["text"] - {"citations"}, kpath)
+            parts.append(TextPart(text=expect_str(block.get("text"), kpath + ".text")))
+        elif block.get("type") in ("image", "document"):
+            check_keys(block, _BLOCK_KEYS[block["type"]], kpath)
+            parts.append(_decode_media(block, kpath))
+        else:
+            raise InvalidMessage(f"unsupported block type {block.get('type')!r}", kpath + ".type")
+    return parts
+
+
+def _decode_media(block: Mapping[str, Any], path: str) -> ImagePart | FilePart:
+    source = expect_dict(block.get("source"), path + ".source")
+    spath = path + ".source"
+    kind = source.get("type")
+    check_keys(source, {"type", "data", "media_type", "url", "file_id"}, spath)
+    image = block.get("type") == "image"
+    name = None if image else block.get("title") or None
+    pmeta = {} if image else with_meta(NS, context=block.get("context"),
+                                       citations=block.get("citations"))
+    if kind == "base64":
+        mime = expect_str(source.get("media_type"), spath + ".media_type")
+        data = expect_str(source.get("data"), spath + ".data")
+        att = attachment(b64decode(data, spath + ".data"), mime, name)
+    elif kind == "text" and not image:
+        text = expect_str(source.get("data"), spath + ".data")
+        att = attachment(text.encode("utf-8"), "text/plain", name)
+    elif kind in ("url", "file"):
+        url = (expect_str(source.get("url"), spath + ".url") if kind == "url"
+               else FILE_ID_SCHEMES["anthropic"] + expect_str(source.get("file_id"),
+                                                              spath + ".file_id"))
+        if image:
+            return ImagePart(url=url)
+        return FilePart(url=url, name=name, provider_metadata=pmeta)
+    else:
+        raise InvalidMessage(f"unsupported source type {kind!r}", spath + ".type")
+    if image:
+        return ImagePart(attachment=att)
+    return FilePart(attachment=att, name=name, provider_metadata=pmeta)
