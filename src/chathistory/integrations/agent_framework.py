@@ -1,0 +1,322 @@
+"""Microsoft Agent Framework: a ``HistoryProvider`` backed by chathistory.
+
+``ChatHistoryAgentProvider`` is an ``agent_framework.HistoryProvider`` (the
+framework's current base for history storage) that runs chathistory's own
+``HistoryProvider`` underneath, with its semantics:
+
+- ``before_run`` adds the history chosen by ``policy`` (a ``ContextWindow``,
+  reducers, the newest ``n``, or everything live) to the context; ``after_run``
+  stores the turn's input and response messages in one atomic write. A run
+  without a response (it failed) stores nothing; the framework does not call
+  ``after_run`` for a run that raised.
+- Its state lives in the framework's session: ``session.state[source_id]`` holds
+  the messages themselves when there is no store (so ``AgentSession.to_dict()``
+  carries the conversation), or only the turn's bookkeeping when a store keeps
+  them (under the store session ``(tenant, session.session_id)``, created on
+  first use). The provider object holds nothing per session.
+- Audit mode: ``load_messages=False`` stores every turn and loads nothing.
+- Loaded history is attributed to this provider, so it is never stored twice.
+
+Mapping of ``Message`` contents: ``text`` (annotations kept), ``text_reasoning``
+(``protected_data`` is the reasoning's opaque data), ``data`` / ``uri`` media
+(data URIs become attachments), ``function_call`` (``call_id``; a string
+``arguments`` is kept as given) and ``function_result`` (``exception`` set is
+``is_error``; the exception text itself is not stored). Other contents (usage,
+approvals, hosted tools) are kept as the framework serializes them and put back
+in place; a message made only of those has nothing to store and is left out.
+``message_id`` is our id (a message without one gets a UUID, set on it too);
+``author_name`` is ``Message.name``; JSON-safe ``additional_properties`` are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import Conflict, InvalidMessage, MissingDependency, NotFound
+from ..model import (
+    Attachment,
+    AudioPart,
+    FilePart,
+    ImagePart,
+    KVStatus,
+    Message,
+    Part,
+    Reasoning,
+    ResultPart,
+    TextPart,
+    ToolCall,
+    ToolResult,
+)
+from ..model.codec import message_from_builtins
+from ..provider import HistoryProvider as _Provider
+from ..provider import Policy, from_history
+from ..stores.aio import AsyncStoreAdapter
+from ..stores.base import Store
+from ..stores.model import DEFAULT_TENANT
+from ..stores.model import Session as StoreSession
+from ._common import append_creating, data_url, ids_for, json_safe, media_part, or_empty, resolved
+
+try:
+    from agent_framework import AgentSession, Content, HistoryProvider, SessionContext
+    from agent_framework import Message as AFMessage
+except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test
+    raise MissingDependency("agent-framework-core", "agent-framework") from exc
+
+__all__ = ["ChatHistoryAgentProvider", "from_agent_framework", "to_agent_framework"]
+
+NS = "agent_framework"
+_PENDING = "_pending"
+
+
+# ---------------------------------------------------------------- conversion
+
+
+def from_agent_framework(messages: Sequence[AFMessage], *, assign_ids: bool = False
+                         ) -> list[Message]:
+    """Our messages for Agent Framework messages (ones with nothing to store left out).
+    ``assign_ids`` sets the new UUID on messages that had no ``message_id``."""
+    out: list[Message] = []
+    for i, (af, mid) in enumerate(zip(messages, ids_for(m.message_id for m in messages),
+                                      strict=True)):
+        parts: list[Part] = []
+        kept: list[list[Any]] = []
+        for k, content in enumerate(af.contents):
+            part = _part(content, f"$[{i}].contents[{k}]")
+            if part is None:
+                kept.append([k, content.to_dict()])
+            else:
+                parts.append(part)
+        if not parts:
+            continue
+        meta: dict[str, Any] = {}
+        if kept:
+            meta["contents"] = json_safe(kept)
+        props = json_safe(dict(af.additional_properties))
+        if props:
+            meta["additional_properties"] = props
+        if assign_ids and af.message_id is None:
+            af.message_id = mid
+        msg = Message(id=mid, role=str(af.role), name=af.author_name or None, parts=parts,
+                      provider_metadata={NS: meta} if meta else {})
+        try:
+            out.append(msg.validate())
+        except InvalidMessage as exc:
+            raise exc.under(f"$[{i}]") from None
+    return out
+
+
+def _part(content: Content, path: str) -> Part | None:
+    kind = content.type
+    if kind == "text":
+        notes = json_safe(content.annotations)
+        return TextPart(text=content.text or "",
+                        provider_metadata={NS: {"annotations": notes}} if notes else {})
+    if kind == "text_reasoning" and (content.text or content.protected_data):
+        return Reasoning(text=content.text or "", data=content.protected_data,
+                         provider_metadata={NS: {"id": content.id}} if content.id else {})
+    if kind in ("data", "uri") and content.uri:
+        return _media(content.uri, content.media_type, path)
+    if kind == "function_call" and content.call_id and content.name:
+        raw = content.arguments
+        meta = {"arguments": raw} if isinstance(raw, str) else {}
+        return ToolCall(id=content.call_id, name=content.name, arguments=_arguments(raw),
+                        provider_metadata={NS: meta} if meta else {})
+    if kind == "function_result" and content.call_id:
+        items = [_part(c, path + ".items") for c in content.items or []]
+        result: str | list[ResultPart] = content.result if isinstance(content.result, str) else ""
+        if any(not isinstance(p, TextPart) for p in items):
+            result = [p for p in items if isinstance(p, ResultPart)]
+        return ToolResult(call_id=content.call_id, content=result,
+                          is_error=content.exception is not None)
+    return None
+
+
+def _media(uri: str, media_type: str | None, path: str) -> ImagePart | AudioPart | FilePart:
+    kind = (media_type or "").split("/")[0]
+    if not uri.startswith("data:"):
+        return media_part(kind, url=uri, mime_type=media_type)
+    mime, data = data_url(uri, path + ".uri")
+    att = Attachment.from_bytes(data, mime_type=media_type or mime)
+    return media_part(att.modality, attachment=att)
+
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError:
+            return {}
+    return dict(raw) if isinstance(raw, dict) else {}
+
+
+def to_agent_framework(messages: Sequence[Message]) -> list[AFMessage]:
+    """Agent Framework messages for ours (attachment bytes must be loaded)."""
+    out: list[AFMessage] = []
+    for i, msg in enumerate(messages):
+        meta = msg.provider_metadata.get(NS, {})
+        contents: list[Content] = []
+        for j, part in enumerate(msg.parts):
+            content = _content(part, f"$[{i}].parts[{j}]")
+            if content is not None:
+                contents.append(content)
+        for index, raw in meta.get("contents", []):
+            contents.insert(index, Content.from_dict(raw))
+        out.append(AFMessage(msg.role, contents, author_name=msg.name, message_id=msg.id,
+                             additional_properties=dict(meta.get("additional_properties", {}))))
+    return out
+
+
+def _content(part: Part, path: str) -> Content | None:
+    meta = part.provider_metadata.get(NS, {})
+    match part:
+        case TextPart():
+            return Content.from_text(part.text, annotations=meta.get("annotations"))
+        case Reasoning():
+            return Content.from_text_reasoning(id=meta.get("id"), text=part.text or None,
+                                               protected_data=part.data)
+        case ImagePart() | AudioPart() | FilePart():
+            att = part.attachment
+            if att is None:
+                return Content.from_uri(part.url or "", media_type=part.mime_type)
+            if att.data is None:
+                raise InvalidMessage("attachment bytes are not loaded (Store.resolve them)",
+                                     path + ".attachment")
+            return Content.from_data(att.data, att.mime_type)
+        case ToolCall():
+            return Content.from_function_call(part.id, part.name,
+                                              arguments=meta.get("arguments", part.arguments))
+        case ToolResult():
+            result: Any = part.content
+            if not isinstance(result, str):
+                result = [c for c in (_content(p, path) for p in result) if c is not None]
+            return Content.from_function_result(
+                part.call_id, result=result, exception="error" if part.is_error else None)
+    return None  # pragma: no cover - the match is exhaustive
+
+
+# ---------------------------------------------------------------- the provider
+
+
+class ChatHistoryAgentProvider(HistoryProvider):
+    """An Agent Framework history provider over chathistory (see the module docstring).
+
+    ``store``: any store (sync or async), or None to keep the messages in the
+    framework's session state. ``policy`` as for ``chathistory.HistoryProvider``.
+    """
+
+    DEFAULT_SOURCE_ID = "chathistory"
+
+    def __init__(self, store: Store | AsyncStoreAdapter | None = None, *,
+                 source_id: str | None = None, policy: Policy = None,
+                 tenant: str = DEFAULT_TENANT, load_messages: bool = True,
+                 store_inputs: bool = True, store_outputs: bool = True,
+                 store_context_messages: bool = False,
+                 store_context_from: set[str] | None = None,
+                 validate_tool_results: bool = True) -> None:
+        super().__init__(source_id or self.DEFAULT_SOURCE_ID, load_messages=load_messages,
+                         store_inputs=store_inputs, store_context_messages=store_context_messages,
+                         store_context_from=store_context_from, store_outputs=store_outputs)
+        self.history = _Provider(store, policy=policy, key=self.source_id, tenant=tenant,
+                                 load_messages=load_messages,
+                                 validate_tool_results=validate_tool_results)
+        self.store: Store | None = self.history.store
+        self.tenant = tenant
+
+    # ------------------------------------------------------------------ state
+
+    def _session(self, session_id: str, state: dict[str, Any]) -> StoreSession:
+        """Our session for the framework's: the state's messages, or the store's session
+        with the turn's bookkeeping from the framework state."""
+        key = self.source_id
+        if self.store is None:
+            return StoreSession(id=session_id, tenant=self.tenant, state={key: dict(state)})
+        try:
+            found = self.store.get_session(session_id, tenant=self.tenant)
+        except NotFound:
+            try:
+                found = self.store.create_session(session_id, tenant=self.tenant)
+            except Conflict:
+                found = self.store.get_session(session_id, tenant=self.tenant)
+        if _PENDING in state:
+            ours = found.state.get(key)
+            found.state = {**found.state, key: {**(ours if isinstance(ours, dict) else {}),
+                                                _PENDING: state[_PENDING]}}
+        return found
+
+    def _keep(self, ours: StoreSession, state: dict[str, Any]) -> None:
+        kept = ours.state.get(self.source_id)
+        kept = kept if isinstance(kept, dict) else {}
+        state.clear()
+        if self.store is None:
+            state.update(kept)
+        elif _PENDING in kept:
+            state[_PENDING] = kept[_PENDING]
+
+    # ------------------------------------------------------------------ the run
+
+    async def before_run(self, *, agent: Any, session: AgentSession, context: SessionContext,
+                         state: dict[str, Any]) -> None:
+        """Add the history the policy selects to the context."""
+        ours = await asyncio.to_thread(self._session, session.session_id, state)
+        new = from_agent_framework(context.input_messages)
+        prompt = await self.history.abefore_run(ours, new)
+        self._keep(ours, state)
+        loaded = [m for m in prompt if from_history(m)]
+        if self.store is not None:
+            loaded = await asyncio.to_thread(resolved, self.store, loaded, self.tenant)
+        context.extend_messages(self, to_agent_framework(loaded))
+
+    async def after_run(self, *, agent: Any, session: AgentSession, context: SessionContext,
+                        state: dict[str, Any]) -> None:
+        """Store the turn (nothing when the run has no response)."""
+        ours = await asyncio.to_thread(self._session, session.session_id, state)
+        response = context.response
+        if response is None:
+            await self.history.aafter_run(ours, [], [], complete=False)
+        else:
+            request = list(self._get_context_messages_to_store(context))
+            if self.store_inputs:
+                request.extend(context.input_messages)
+            outputs = list(response.messages) if self.store_outputs else []
+            await self.history.aafter_run(ours, from_agent_framework(request, assign_ids=True),
+                                          from_agent_framework(outputs, assign_ids=True))
+        self._keep(ours, state)
+
+    # ------------------------------------------------------------------ direct access
+
+    def _stored(self, session_id: str | None, state: dict[str, Any] | None) -> list[Message]:
+        if self.store is None:
+            saved = (state or {}).get("messages", [])
+            messages = [message_from_builtins(d) for d in saved]
+            return [m for m in messages if m.kv_status == KVStatus.LOADED]
+        if session_id is None:
+            raise ValueError("a session id is needed to read a store")
+        store, tenant = self.store, self.tenant
+        found = or_empty(lambda: store.range(session_id, include_marked=False, tenant=tenant))
+        return resolved(store, found, tenant)
+
+    async def get_messages(self, session_id: str | None, *,
+                           state: dict[str, Any] | None = None, **kwargs: Any) -> list[AFMessage]:
+        """Every live stored message of the session."""
+        return to_agent_framework(await asyncio.to_thread(self._stored, session_id, state))
+
+    async def save_messages(self, session_id: str | None, messages: Sequence[AFMessage], *,
+                            state: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        """Store messages (idempotent by id), outside a run."""
+        ours = from_agent_framework(messages, assign_ids=True)
+        if self.store is None:
+            if state is None:
+                return
+            saved = list(state.get("messages", []))
+            known = {d.get("id") for d in saved}
+            saved.extend(m.to_dict() for m in ours if m.id not in known)
+            state["messages"] = saved
+            return
+        if session_id is None:
+            raise ValueError("a session id is needed to write to a store")
+        await asyncio.to_thread(append_creating, self.store, session_id, ours,
+                                tenant=self.tenant)

@@ -1,0 +1,429 @@
+"""LangChain: a ``BaseChatMessageHistory`` over any chathistory store, and
+conversion between LangChain messages and ours.
+
+Mapping (``from_langchain`` / ``to_langchain``):
+
+- ``HumanMessage`` / ``AIMessage`` / ``SystemMessage`` / ``ToolMessage`` are roles
+  ``user`` / ``assistant`` / ``system`` / ``tool``; a ``SystemMessage`` marked
+  ``__openai_role__ = "developer"`` is ``developer``; a ``ChatMessage`` keeps its role.
+- Content: text (a string or ``text`` blocks), images (``image_url`` blocks and
+  standard ``image`` blocks; data URLs and base64 become attachments, stored once
+  by hash), standard ``audio`` / ``file`` blocks, and reasoning (``reasoning``,
+  Anthropic ``thinking`` with its signature, ``redacted_thinking``).
+- ``AIMessage.tool_calls`` are tool calls; a ``ToolMessage`` is a tool result
+  (``tool_call_id``; ``status="error"`` is ``is_error``; its ``name`` the tool's).
+- ``additional_kwargs``, ``response_metadata``, ``usage_metadata``,
+  ``invalid_tool_calls`` and ``artifact`` are kept (JSON-safe values only) in
+  ``provider_metadata["langchain"]``; so is the original ``content`` when the
+  parts would not rebuild it exactly (blocks of other shapes, Anthropic
+  ``tool_use`` blocks), so that a round trip gives back equal messages.
+- Ids: a LangChain message id is our message id, so adding the same message again
+  is a no-op; a message without an id gets a new UUID (``add_messages`` also sets
+  it on the LangChain message). A message with no content at all (``AIMessage("")``
+  without tool calls) has nothing to store and is left out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import InvalidMessage, MissingDependency
+from ..groups import Groups
+from ..model import (
+    Attachment,
+    AudioPart,
+    FilePart,
+    ImagePart,
+    Message,
+    Part,
+    Reasoning,
+    ResultPart,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    new_id,
+)
+from ..stores.aio import AsyncStoreAdapter
+from ..stores.base import Store
+from ..stores.model import DEFAULT_TENANT
+from ..tokens import TokenCounter
+from ._common import (
+    aappend_creating,
+    append_creating,
+    b64decode,
+    data_url,
+    ids_for,
+    json_safe,
+    media_part,
+    or_empty,
+    resolved,
+    store_pair,
+)
+
+try:
+    from langchain_core.chat_history import BaseChatMessageHistory
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        ChatMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+    )
+except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test
+    raise MissingDependency("langchain-core", "langchain") from exc
+
+__all__ = ["ChatHistoryMessageHistory", "from_langchain", "to_langchain"]
+
+NS = "langchain"
+_KEPT_FIELDS = ("additional_kwargs", "response_metadata", "usage_metadata",
+                "invalid_tool_calls", "artifact")
+_MEDIA = ("image", "audio", "file")
+
+
+# ---------------------------------------------------------------- LangChain -> ours
+
+
+def from_langchain(messages: Sequence[BaseMessage]) -> list[Message]:
+    """Our messages for LangChain messages (empty ones left out)."""
+    return [m for _, m in _convert(messages)]
+
+
+def _convert(messages: Sequence[BaseMessage]) -> list[tuple[BaseMessage, Message]]:
+    ids = ids_for(m.id for m in messages)
+    out: list[tuple[BaseMessage, Message]] = []
+    for i, (lc, mid) in enumerate(zip(messages, ids, strict=True)):
+        try:
+            msg = _from_one(lc, mid)
+        except InvalidMessage as exc:
+            raise exc.under(f"$[{i}]") from None
+        if msg is not None:
+            out.append((lc, msg))
+    return out
+
+
+def _from_one(lc: BaseMessage, mid: str) -> Message | None:
+    kept: dict[str, Any] = {}
+    for field in _KEPT_FIELDS:
+        value = json_safe(getattr(lc, field, None))
+        if value:
+            kept[field] = value
+    name = lc.name or None
+    parts: list[Part]
+    if isinstance(lc, ToolMessage):
+        role = "tool"
+        content: str | list[ResultPart] = (
+            lc.content if isinstance(lc.content, str)
+            else [p for p in _parts(lc.content, "$.content") if isinstance(p, ResultPart)])
+        parts = [ToolResult(call_id=lc.tool_call_id, content=content,
+                            is_error=lc.status == "error", name=name)]
+        name = None
+    else:
+        role = _role_of(lc, kept)
+        parts = _parts(lc.content, "$.content")
+        if isinstance(lc, AIMessage):
+            parts += [ToolCall(id=c.get("id") or new_id(), name=c["name"],
+                               arguments=dict(c.get("args") or {})) for c in lc.tool_calls]
+    if not parts:
+        if _is_empty(lc.content):
+            return None
+        raise InvalidMessage("no content block of this message maps to a part", "$.content")
+    msg = Message(id=mid, role=role, name=name, parts=parts,
+                  provider_metadata={NS: kept} if kept else {})
+    original = json_safe(lc.content)
+    if _rebuilt_content(msg) != original:
+        kept["content"] = original  # blocks we do not model: keep them as given
+        msg.provider_metadata = {NS: kept}
+    return msg.validate()
+
+
+def _role_of(lc: BaseMessage, kept: dict[str, Any]) -> str:
+    if isinstance(lc, ChatMessage):
+        kept["type"] = "chat"
+        return lc.role
+    if isinstance(lc, HumanMessage):
+        return "user"
+    if isinstance(lc, AIMessage):
+        return "assistant"
+    if isinstance(lc, SystemMessage):
+        extra = kept.get("additional_kwargs", {})
+        if extra.get("__openai_role__") == "developer":
+            rest = {k: v for k, v in extra.items() if k != "__openai_role__"}
+            if rest:
+                kept["additional_kwargs"] = rest
+            else:
+                kept.pop("additional_kwargs")
+            return "developer"
+        return "system"
+    raise InvalidMessage(f"{type(lc).__name__} is not supported (use HumanMessage, AIMessage, "
+                         "SystemMessage, ToolMessage or ChatMessage)", "$.type")
+
+
+def _is_empty(content: Any) -> bool:
+    return content == "" or content == [] or content is None
+
+
+def _parts(content: str | list[Any], path: str) -> list[Part]:
+    if isinstance(content, str):
+        return [TextPart(text=content)] if content else []
+    parts: list[Part] = []
+    for k, block in enumerate(content):
+        part = _part(block, f"{path}[{k}]")
+        if part is not None:
+            parts.append(part)
+    return parts
+
+
+def _part(block: Any, path: str) -> Part | None:
+    """The part for one content block, None for a block we keep only as given."""
+    if isinstance(block, str):
+        return TextPart(text=block, provider_metadata={NS: {"form": "str"}})
+    if not isinstance(block, dict):
+        raise InvalidMessage(f"a content block must be a string or an object, not "
+                             f"{type(block).__name__}", path)
+    kind = block.get("type")
+    if kind == "text" and isinstance(block.get("text"), str):
+        return TextPart(text=block["text"])
+    if kind == "image_url":
+        image = block.get("image_url")
+        spec = image if isinstance(image, dict) else {"url": image}
+        form = "image_url" if isinstance(image, dict) else "image_url_str"
+        part = _media("image", spec.get("url"), None, path + ".image_url")
+        return ImagePart(url=part.url, attachment=part.attachment, detail=spec.get("detail"),
+                         provider_metadata={NS: {"form": form}})
+    if kind in _MEDIA and ("url" in block or "base64" in block):
+        return _media(kind, block.get("url"), block, path)
+    if kind == "reasoning" and isinstance(block.get("reasoning"), str):
+        return Reasoning(text=block["reasoning"])
+    if kind == "thinking" and isinstance(block.get("thinking"), str):
+        return Reasoning(text=block["thinking"], signature=block.get("signature"),
+                         provider_metadata={NS: {"form": "thinking"}})
+    if kind == "redacted_thinking" and isinstance(block.get("data"), str):
+        return Reasoning(data=block["data"], provider_metadata={NS: {"form": "redacted_thinking"}})
+    return None
+
+
+def _media(kind: str, url: Any, block: dict[str, Any] | None, path: str
+           ) -> ImagePart | AudioPart | FilePart:
+    mime = block.get("mime_type") if block else None
+    if block is not None and "base64" in block:
+        data = b64decode(block["base64"], path + ".base64")
+        return media_part(kind, attachment=Attachment.from_bytes(data, mime_type=mime))
+    if not isinstance(url, str) or not url:
+        raise InvalidMessage("expected a url", path + ".url")
+    if url.startswith("data:"):
+        mime, data = data_url(url, path + ".url")
+        return media_part(kind, attachment=Attachment.from_bytes(data, mime_type=mime))
+    return media_part(kind, url=url, mime_type=mime)
+
+
+# ---------------------------------------------------------------- ours -> LangChain
+
+
+def to_langchain(messages: Sequence[Message]) -> list[BaseMessage]:
+    """LangChain messages for ours (attachment bytes must be loaded: see ``Store.resolve``).
+    A message carrying several tool results becomes one ``ToolMessage`` per result."""
+    out: list[BaseMessage] = []
+    for i, msg in enumerate(messages):
+        try:
+            out.extend(_to_lc(msg))
+        except InvalidMessage as exc:
+            raise exc.under(f"$[{i}]") from None
+    return out
+
+
+def _to_lc(msg: Message) -> list[BaseMessage]:
+    kept = msg.provider_metadata.get(NS, {})
+    extra = {k: kept[k] for k in ("additional_kwargs", "response_metadata") if k in kept}
+    out: list[BaseMessage] = []
+    results = msg.tool_results
+    for k, result in enumerate(results):
+        content: Any = (result.content if isinstance(result.content, str)
+                        else _blocks(list(result.content), f"$.parts[{k}]"))
+        if "content" in kept and len(results) == 1:
+            content = kept["content"]
+        out.append(ToolMessage(
+            content=content, tool_call_id=result.call_id, name=result.name,
+            status="error" if result.is_error else "success", artifact=kept.get("artifact"),
+            id=msg.id if k == 0 else f"{msg.id}-{k}", **extra))
+    if results and all(isinstance(p, ToolResult) for p in msg.parts):
+        return out
+    content = kept["content"] if "content" in kept else _rebuilt_content(msg)
+    common: dict[str, Any] = {"content": content, "id": msg.id, "name": msg.name, **extra}
+    if kept.get("type") == "chat":
+        out.append(ChatMessage(role=msg.role, **common))
+    elif msg.role == "user":
+        out.append(HumanMessage(**common))
+    elif msg.role == "assistant":
+        out.append(AIMessage(
+            tool_calls=[{"id": c.id, "name": c.name, "args": c.arguments, "type": "tool_call"}
+                        for c in msg.tool_calls],
+            invalid_tool_calls=kept.get("invalid_tool_calls", []),
+            usage_metadata=kept.get("usage_metadata"), **common))
+    elif msg.role in ("system", "developer"):
+        if msg.role == "developer":
+            common["additional_kwargs"] = {**common.get("additional_kwargs", {}),
+                                           "__openai_role__": "developer"}
+        out.append(SystemMessage(**common))
+    else:
+        out.append(ChatMessage(role=msg.role, **common))
+    return out
+
+
+def _rebuilt_content(msg: Message) -> str | list[Any]:
+    parts = [p for p in msg.parts if not isinstance(p, ToolCall | ToolResult)]
+    if msg.role == "tool" and len(msg.parts) == 1 and isinstance(msg.parts[0], ToolResult):
+        result = msg.parts[0]
+        return (result.content if isinstance(result.content, str)
+                else _blocks(list(result.content), "$.parts[0]"))
+    if not parts:
+        return ""
+    if len(parts) == 1 and type(parts[0]) is TextPart and not parts[0].provider_metadata:
+        return parts[0].text
+    return _blocks(parts, "$.parts")
+
+
+def _blocks(parts: Sequence[Part], path: str) -> list[Any]:
+    blocks: list[Any] = []
+    for k, part in enumerate(parts):
+        form = part.provider_metadata.get(NS, {}).get("form")
+        match part:
+            case TextPart():
+                blocks.append(part.text if form == "str" else {"type": "text", "text": part.text})
+            case ImagePart() | AudioPart() | FilePart():
+                blocks.append(_media_block(part, form, f"{path}[{k}]"))
+            case Reasoning():
+                if form == "redacted_thinking" or (form is None and part.data and not part.text):
+                    blocks.append({"type": "redacted_thinking", "data": part.data})
+                elif form == "thinking" or part.signature is not None:
+                    blocks.append({"type": "thinking", "thinking": part.text,
+                                   "signature": part.signature})
+                elif part.text:
+                    blocks.append({"type": "reasoning", "reasoning": part.text})
+            case ToolCall() | ToolResult():
+                pass  # carried by tool_calls / ToolMessage, not by content
+    return blocks
+
+
+def _media_block(part: ImagePart | AudioPart | FilePart, form: str | None,
+                 path: str) -> dict[str, Any]:
+    kind = {ImagePart: "image", AudioPart: "audio", FilePart: "file"}[type(part)]
+    att = part.attachment
+    if att is not None and att.data is None:
+        raise InvalidMessage("attachment bytes are not loaded (read through the store, "
+                             "or Store.resolve the messages first)", path + ".attachment")
+    b64 = base64.b64encode(att.data).decode() if att is not None and att.data else None
+    mime = att.mime_type if att is not None else part.mime_type
+    detail = part.detail if isinstance(part, ImagePart) else None
+    if isinstance(part, ImagePart) and (form in ("image_url", "image_url_str") or detail):
+        url = part.url if b64 is None else f"data:{mime};base64,{b64}"
+        if form == "image_url_str":
+            return {"type": "image_url", "image_url": url}
+        return {"type": "image_url", "image_url": {"url": url, **({"detail": detail}
+                                                                   if detail else {})}}
+    block: dict[str, Any] = {"type": kind}
+    if b64 is not None:
+        block.update(base64=b64, mime_type=mime)
+    else:
+        block["url"] = part.url
+        if mime:
+            block["mime_type"] = mime
+    if isinstance(part, FilePart) and part.name:
+        block["extras"] = {"filename": part.name}
+    return block
+
+
+# ---------------------------------------------------------------- the history
+
+
+class ChatHistoryMessageHistory(BaseChatMessageHistory):
+    """LangChain chat history backed by any chathistory store (sync or async).
+
+    ``messages`` returns the session's live messages, or only the newest that fit
+    ``max_tokens`` (by ``counter``, the store's by default) and/or the newest
+    ``last_n`` (widened to whole tool-call groups); system and developer messages
+    are kept unless ``keep_system=False``. The session is created on first add.
+    """
+
+    def __init__(self, store: Store | AsyncStoreAdapter, session_id: str, *,
+                 tenant: str = DEFAULT_TENANT, max_tokens: int | None = None,
+                 last_n: int | None = None, counter: str | TokenCounter | None = None,
+                 keep_system: bool = True) -> None:
+        if max_tokens is not None and max_tokens < 0:
+            raise ValueError("max_tokens must be >= 0")
+        if last_n is not None and last_n < 0:
+            raise ValueError("last_n must be >= 0")
+        self.store, self.async_store = store_pair(store)
+        self.session_id = session_id
+        self.tenant = tenant
+        self.max_tokens = max_tokens
+        self.last_n = last_n
+        self.counter = counter
+        self.keep_system = keep_system
+
+    # ------------------------------------------------------------------ reading
+
+    def _read(self) -> list[Message]:
+        store, sid, tenant = self.store, self.session_id, self.tenant
+        if self.max_tokens is not None:
+            found = store.window(sid, self.max_tokens, self.counter, tenant=tenant,
+                                 keep_system=self.keep_system)
+            if self.last_n is not None:
+                found = _newest(found, self.last_n, self.keep_system)
+        elif self.last_n is not None:
+            found = (store.context(sid, head=0, tail=self.last_n, tenant=tenant)
+                     if self.keep_system else store.tail(sid, self.last_n, tenant=tenant))
+        else:
+            found = store.range(sid, include_marked=False, tenant=tenant)
+        return resolved(store, found, tenant)
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        """The selected messages of the session, oldest first ([] before the first add)."""
+        return to_langchain(or_empty(self._read))
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        """``messages`` without blocking the event loop."""
+        return to_langchain(await asyncio.to_thread(or_empty, self._read))
+
+    # ------------------------------------------------------------------ writing
+
+    def _to_store(self, messages: Sequence[BaseMessage]) -> list[Message]:
+        pairs = _convert(messages)
+        for lc, msg in pairs:
+            if lc.id is None:
+                lc.id = msg.id  # adding this object again then stores nothing
+        return [msg for _, msg in pairs]
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Append in one atomic write; messages already stored (same id) are skipped."""
+        append_creating(self.store, self.session_id, self._to_store(messages),
+                        tenant=self.tenant)
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """``add_messages`` without blocking the event loop."""
+        await aappend_creating(self.async_store, self.session_id, self._to_store(messages),
+                               tenant=self.tenant)
+
+    def clear(self) -> None:
+        """Remove every message of the session (the session itself stays)."""
+        or_empty(lambda: [self.store.clear(self.session_id, tenant=self.tenant)])
+
+    async def aclear(self) -> None:
+        """``clear`` without blocking the event loop."""
+        await asyncio.to_thread(self.clear)
+
+
+def _newest(messages: list[Message], n: int, keep_system: bool) -> list[Message]:
+    """The newest ``n`` of a selection, widened to whole groups, system kept if asked."""
+    kept_roles = ("system", "developer") if keep_system else ()
+    rest = [m for m in messages if m.role not in kept_roles]
+    if n >= len(rest):
+        start = 0
+    else:
+        start = Groups.of(rest).widen(len(rest) - n, len(rest))[0] if n > 0 else len(rest)
+    chosen = {m.id for m in rest[start:]}
+    return [m for m in messages if m.id in chosen or m.role in kept_roles]

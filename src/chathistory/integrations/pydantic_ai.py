@@ -1,0 +1,300 @@
+"""pydantic-ai: conversion between chathistory messages and ``list[ModelMessage]``.
+
+``to_pydantic_ai(messages)`` is usable as ``Agent.run(..., message_history=...)``;
+``from_pydantic_ai(result.all_messages())`` gives messages to store. Mapping:
+
+- A ``ModelRequest`` becomes one message per part: ``SystemPromptPart`` ->
+  ``system``, ``UserPromptPart`` -> ``user`` (text, ``ImageUrl`` / ``AudioUrl`` /
+  ``DocumentUrl`` / ``VideoUrl`` as URL media, ``BinaryContent`` as an
+  attachment), ``ToolReturnPart`` -> ``tool`` (any ``outcome`` but ``success`` is
+  ``is_error``; non-string content is sent as its JSON text and kept as given),
+  ``RetryFeedbackPart`` -> ``user`` text. A legacy ``RetryPromptPart`` is first
+  read the way pydantic-ai reads it: a tool-bound one is a ``ToolReturnPart`` with
+  ``outcome="retried"``, any other a ``RetryFeedbackPart``. Messages of one request
+  share a group key, so they go back as one request.
+- A ``ModelResponse`` becomes one ``assistant`` message: ``TextPart``,
+  ``ThinkingPart`` (a ``Reasoning`` with its ``signature``) and ``ToolCallPart``
+  (a JSON-string ``args`` is kept as given) in order.
+- Every other field (timestamps, ids, ``provider_name`` / ``provider_details``,
+  usage, model name, instructions, run ids) is kept in
+  ``provider_metadata["pydantic_ai"]``, and parts with no chathistory equivalent
+  (native tool calls, files, compaction, ...) are kept as pydantic-ai serializes
+  them and put back in place, so ``to_pydantic_ai(from_pydantic_ai(h)) == h``.
+  A request or response made only of such parts has nothing to store and is left
+  out, as are empty prompts.
+- Messages that did not come from pydantic-ai: ``system`` / ``developer`` ->
+  ``SystemPromptPart``; ``user`` -> ``UserPromptPart``; ``tool`` -> ``ToolReturnPart``
+  (tool name from the call); ``assistant`` -> ``ModelResponse``; reasoning with a
+  signature is attributed to the provider that signed it. Other roles raise
+  ``InvalidMessage``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from ..errors import InvalidMessage, MissingDependency
+from ..model import (
+    Attachment,
+    AudioPart,
+    FilePart,
+    ImagePart,
+    MediaPart,
+    Message,
+    Part,
+    Reasoning,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    new_id,
+)
+from ._common import media_part
+
+try:
+    from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test
+    raise MissingDependency("pydantic-ai-slim", "pydantic-ai") from exc
+
+__all__ = ["from_pydantic_ai", "to_pydantic_ai"]
+
+NS = "pydantic_ai"
+JSON = dict[str, Any]
+_URL_KINDS = {"image-url": "image", "audio-url": "audio", "document-url": "file",
+              "video-url": "file"}
+_REQUEST_ROLES = {"system-prompt": "system", "user-prompt": "user", "tool-return": "tool",
+                  "retry-feedback": "user"}
+_SIGNERS = {"openai_responses": "openai", "gemini": "google-gla", "anthropic": "anthropic"}
+
+
+def _rest(obj: JSON, *drop: str) -> JSON:
+    return {k: v for k, v in obj.items() if v is not None and k not in drop}
+
+
+# ---------------------------------------------------------------- pydantic-ai -> ours
+
+
+def from_pydantic_ai(messages: Sequence[ModelMessage]) -> list[Message]:
+    """Our messages for a pydantic-ai message history."""
+    # One trip through pydantic-ai's own codec: JSON-shaped dicts, legacy parts translated.
+    dumped: list[JSON] = ModelMessagesTypeAdapter.dump_python(
+        ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(
+            list(messages))), mode="json")
+    out: list[Message] = []
+    for i, raw in enumerate(dumped):
+        try:
+            out.extend(_from_request(raw) if raw["kind"] == "request" else _from_response(raw))
+        except InvalidMessage as exc:
+            raise exc.under(f"$[{i}]") from None
+    return out
+
+
+def _from_request(raw: JSON) -> list[Message]:
+    group = new_id()
+    out: list[Message] = []
+    extra: list[list[Any]] = []
+    for k, part in enumerate(raw["parts"]):
+        kind = part.get("part_kind")
+        built = _request_part(part) if kind in _REQUEST_ROLES else None
+        if built is None:
+            extra.append([k, part])
+            continue
+        role, parts, rest = built
+        meta: JSON = {"group": group, "part": rest}
+        out.append(Message(id=new_id(), role=role, parts=parts, provider_metadata={NS: meta}))
+    if out:
+        first = out[0].provider_metadata[NS]
+        first["request"] = _rest(raw, "parts")
+        if extra:
+            first["extra"] = extra
+    return [m.validate() for m in out]
+
+
+def _request_part(part: JSON) -> tuple[str, list[Part], JSON] | None:
+    kind = part["part_kind"]
+    content = part.get("content")
+    if kind == "tool-return":
+        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        result = ToolResult(call_id=part["tool_call_id"], content=text, name=part["tool_name"],
+                            is_error=part.get("outcome", "success") != "success")
+        keep = ("tool_name", "tool_call_id", "part_kind") + (
+            ("content",) if isinstance(content, str) else ())
+        return "tool", [result], _rest(part, *keep)
+    if kind == "user-prompt" and not isinstance(content, str):
+        items = list(content or [])
+        parts = [p for p in (_user_item(item) for item in items) if p is not None]
+        if not parts or len(parts) < len(items):
+            return None  # items we cannot model (cache points, uploaded files): keep the part
+        return "user", parts, _rest(part, "content", "part_kind")
+    text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+    if not text.strip():
+        return None
+    keep = (("content",) if isinstance(content, str) else ()) + (
+        () if kind == "retry-feedback" else ("part_kind",))
+    return _REQUEST_ROLES[kind], [TextPart(text=text)], _rest(part, *keep) | (
+        {"str": True} if kind == "user-prompt" else {})
+
+
+def _user_item(item: Any) -> Part | None:
+    if isinstance(item, str):
+        return TextPart(text=item) if item else None
+    kind = item.get("kind") if isinstance(item, dict) else None
+    if kind == "binary":
+        att = Attachment.from_bytes(base64.b64decode(item["data"]), mime_type=item["media_type"])
+        return media_part(att.modality, attachment=att,
+                           provider_metadata={NS: _rest(item, "data", "media_type")})
+    if kind in _URL_KINDS:
+        return media_part(_URL_KINDS[kind], url=item["url"], mime_type=item.get("media_type"),
+                           provider_metadata={NS: _rest(item, "url")})
+    return None
+
+
+
+def _from_response(raw: JSON) -> list[Message]:
+    parts: list[Part] = []
+    extra: list[list[Any]] = []
+    for k, part in enumerate(raw["parts"]):
+        kind = part.get("part_kind")
+        if kind == "text":
+            parts.append(TextPart(text=part["content"],
+                                  provider_metadata=_pm(_rest(part, "content", "part_kind"))))
+        elif kind == "thinking":
+            parts.append(Reasoning(text=part["content"], signature=part.get("signature"),
+                                   provider_metadata=_pm(_rest(part, "content", "signature",
+                                                               "part_kind"))))
+        elif kind == "tool-call":
+            args = part.get("args")
+            arguments = _arguments(args)
+            keep = ("tool_name", "tool_call_id", "part_kind") + (
+                ("args",) if isinstance(args, dict) or args is None else ())
+            parts.append(ToolCall(id=part["tool_call_id"], name=part["tool_name"],
+                                  arguments=arguments, provider_metadata=_pm(_rest(part, *keep))))
+        else:
+            extra.append([k, part])
+    meta: JSON = {"response": _rest(raw, "parts")}
+    if extra:
+        meta["extra"] = extra
+    message = Message(id=new_id(), role="assistant", parts=parts, provider_metadata={NS: meta})
+    try:
+        return [message.validate()]
+    except InvalidMessage:
+        if parts and any(not isinstance(p, Reasoning) for p in parts):
+            raise
+        return []  # an empty response: nothing to store
+
+
+def _pm(rest: JSON) -> JSON:
+    return {NS: rest} if rest else {}
+
+
+def _arguments(args: Any) -> dict[str, Any]:
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            return {}
+    return dict(args) if isinstance(args, dict) else {}
+
+
+# ---------------------------------------------------------------- ours -> pydantic-ai
+
+
+def to_pydantic_ai(messages: Sequence[Message]) -> list[ModelMessage]:
+    """A pydantic-ai message history for our messages (attachment bytes must be loaded)."""
+    out: list[JSON] = []
+    names = {p.id: p.name for m in messages for p in m.parts if isinstance(p, ToolCall)}
+    group: str | None = None
+    extras: dict[int, list[list[Any]]] = {}
+    for i, msg in enumerate(messages):
+        meta = msg.provider_metadata.get(NS, {})
+        path = f"$[{i}]"
+        if msg.role == "assistant":
+            out.append(_response(msg, meta, path))
+            group = None
+            continue
+        part = _request_part_of(msg, meta, names, path)
+        mine = meta.get("group")
+        if out and out[-1]["kind"] == "request" and (mine is None or mine == group):
+            out[-1]["parts"].append(part)
+        else:
+            out.append({**meta.get("request", {}), "kind": "request", "parts": [part]})
+        group = mine
+        if "extra" in meta:
+            extras.setdefault(len(out) - 1, []).extend(meta["extra"])
+    for at, found in extras.items():  # parts kept as given go back where they were
+        for index, raw in sorted(found, key=lambda e: int(e[0])):
+            out[at]["parts"].insert(index, raw)
+    result: list[ModelMessage] = ModelMessagesTypeAdapter.validate_json(msgspec.json.encode(out))
+    return result
+
+
+def _request_part_of(msg: Message, meta: JSON, names: dict[str, str], path: str) -> JSON:
+    rest: JSON = dict(meta.get("part", {}))
+    stamp = msg.created_at.isoformat()
+    if msg.role in ("system", "developer"):
+        return {"timestamp": stamp, **rest, "part_kind": rest.get("part_kind", "system-prompt"),
+                "content": rest.get("content", msg.text)}
+    if msg.role == "tool" and msg.tool_results:
+        result = msg.tool_results[0]
+        content = rest.pop("content", result.text)
+        outcome = rest.pop("outcome", "failed" if result.is_error else "success")
+        return {"timestamp": stamp, **rest, "part_kind": "tool-return", "content": content,
+                "tool_call_id": result.call_id, "outcome": outcome,
+                "tool_name": result.name or names.get(result.call_id, "unknown_tool")}
+    if msg.role == "user":
+        if rest.get("part_kind") == "retry-feedback":
+            return {**rest, "content": rest.get("content", msg.text)}
+        single = rest.pop("str", None) or (not meta and len(msg.parts) == 1
+                                           and isinstance(msg.parts[0], TextPart))
+        prompt: Any = msg.text if single else [
+            _user_content(p, f"{path}.parts[{j}]") for j, p in enumerate(msg.parts)]
+        return {"timestamp": stamp, **rest, "part_kind": "user-prompt", "content": prompt}
+    raise InvalidMessage(f"pydantic-ai has no place for role {msg.role!r}", path + ".role")
+
+
+def _user_content(part: Part, path: str) -> Any:
+    rest = dict(part.provider_metadata.get(NS, {}))
+    if isinstance(part, TextPart):
+        return part.text
+    if isinstance(part, MediaPart):
+        att = part.attachment
+        if att is None:
+            kind = rest.pop("kind", {ImagePart: "image-url", AudioPart: "audio-url"}.get(
+                type(part), "document-url"))
+            return {**rest, "kind": kind, "url": part.url,
+                    **({"media_type": part.mime_type} if part.mime_type else {})}
+        if att.data is None:
+            raise InvalidMessage("attachment bytes are not loaded (Store.resolve them)",
+                                 path + ".attachment")
+        return {**rest, "kind": "binary", "media_type": att.mime_type,
+                "data": base64.b64encode(att.data).decode()}
+    raise InvalidMessage(f"a user prompt cannot carry a {type(part).__name__}", path)
+
+
+def _response(msg: Message, meta: JSON, path: str) -> JSON:
+    parts: list[JSON] = []
+    for j, part in enumerate(msg.parts):
+        rest = dict(part.provider_metadata.get(NS, {}))
+        match part:
+            case TextPart():
+                parts.append({**rest, "part_kind": "text", "content": part.text})
+            case Reasoning():
+                if not meta and part.signature is not None:
+                    rest["provider_name"] = next((v for k, v in _SIGNERS.items()
+                                                  if k in part.provider_metadata), "anthropic")
+                parts.append({**rest, "part_kind": "thinking", "content": part.text,
+                              "signature": part.signature})
+            case ToolCall():
+                parts.append({"args": part.arguments, **rest, "part_kind": "tool-call",
+                              "tool_name": part.name, "tool_call_id": part.id})
+            case ImagePart() | AudioPart() | FilePart() | ToolResult():
+                raise InvalidMessage(f"a model response cannot carry a {type(part).__name__}",
+                                     f"{path}.parts[{j}]")
+    for index, raw in meta.get("extra", []):
+        parts.insert(index, raw)
+    response = meta.get("response", {"timestamp": msg.created_at.isoformat()})
+    return {**response, "kind": "response", "parts": parts}
