@@ -298,7 +298,9 @@ class Message(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
                 _check_tool_result(part, path)
                 has_content = True
             elif isinstance(part, Reasoning):
-                has_content = has_content or bool(part.text or part.data or part.signature)
+                # an opaque provider item (e.g. OpenAI's reasoning item id) is content too
+                has_content = has_content or bool(part.text or part.data or part.signature
+                                                  or part.provider_metadata)
             elif isinstance(part, MediaPart):
                 _check_media(part, path)
                 has_content = True
