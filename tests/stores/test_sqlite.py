@@ -1,0 +1,312 @@
+"""What is particular to SQLiteStore: migrations, files shared between
+processes, durability across a crash, and query plans that stay on an index."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from chathistory import Attachment, KVStatus, Message
+from chathistory.stores import open_store
+from chathistory.stores import sqlite as sqlite_module
+from chathistory.stores.sqlite import SQLiteStore
+
+TABLES = {"migrations", "sessions", "messages", "calls", "status_overrides", "assets",
+          "asset_refs"}
+INDEXES = {"sessions_by_created", "sessions_by_user", "sessions_by_parent", "sessions_by_root",
+           "sessions_by_expiry", "messages_by_id", "messages_kept", "calls_by_seq",
+           "asset_refs_by_session"}
+
+
+def schema(path: Path) -> dict[str, tuple[str, str]]:
+    with sqlite3.connect(path) as conn:
+        return {name: (kind, sql) for kind, name, sql in conn.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")}
+
+
+def migrations(path: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT name, applied_at FROM migrations ORDER BY name").fetchall()
+
+
+# ---------------------------------------------------------------- migrations
+
+
+def test_migrating_an_empty_database_builds_the_schema(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    SQLiteStore(path).close()
+    found = schema(path)
+    assert {n for n, (kind, _) in found.items() if kind == "table"} == TABLES
+    assert {n for n, (kind, _) in found.items() if kind == "index"} == INDEXES
+    assert "WHERE role IN ('system', 'developer')" in found["messages_kept"][1]
+    assert [name for name, _ in migrations(path)] == [n for n, _ in sqlite_module.MIGRATIONS]
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    applied = migrations(path)
+    SQLiteStore(path).close()  # opening again changes nothing
+    assert migrations(path) == applied and schema(path) == found
+
+
+def test_a_failing_migration_leaves_no_trace(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "m.db"
+    SQLiteStore(path).close()
+    before = schema(path)
+    bad = ("m999_broken", ("CREATE TABLE half_done (a INTEGER)", "THIS IS NOT SQL"))
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*sqlite_module.MIGRATIONS, bad])
+    with pytest.raises(sqlite3.OperationalError):
+        SQLiteStore(path)
+    assert schema(path) == before  # the table of the failed step was rolled back with it
+    assert "m999_broken" not in [name for name, _ in migrations(path)]
+
+
+def test_connection_settings(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db", synchronous="full", timeout=2)
+    conn = store._conn
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 2000
+    store.close()
+    with pytest.raises(ValueError, match="synchronous"):
+        SQLiteStore(tmp_path / "s.db", synchronous="OFF")  # would risk the file on power loss
+
+
+def test_from_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    relative = open_store("sqlite:///relative.db", counter="approx")
+    assert isinstance(relative, SQLiteStore) and relative.path == "relative.db"
+    relative.close()
+    assert (tmp_path / "relative.db").exists()
+    absolute = SQLiteStore.from_url(f"sqlite:///{tmp_path}/abs.db?synchronous=FULL&timeout=3")
+    assert absolute.path == f"{tmp_path}/abs.db"
+    assert (absolute.synchronous, absolute.timeout) == ("FULL", 3.0)
+    absolute.close()
+    memory = SQLiteStore.from_url("sqlite:///:memory:")
+    assert memory.path == ":memory:"
+    memory.close()
+    for bad in ("sqlite://", "sqlite:///", "postgres:///x.db", "sqlite:///x.db?cache=big"):
+        with pytest.raises(ValueError):
+            SQLiteStore.from_url(bad)
+
+
+# ---------------------------------------------------------------- durability
+
+
+def test_a_reopened_store_sees_everything(tmp_path: Path, png_bytes: bytes) -> None:
+    path = tmp_path / "r.db"
+    store = SQLiteStore(path, counter="approx")
+    s = store.create_session("s", user="u", metadata={"m": 1}, ttl=3600)
+    msgs = [Message.system("sys"), Message.user("pic", Attachment.from_bytes(png_bytes)),
+            Message.assistant("", [{"id": "c1", "name": "f", "arguments": {"x": 1}}]),
+            Message.tool_result("c1", "done"), Message.assistant("ok")]
+    store.append(s.id, msgs)
+    store.mark(s.id, [msgs[4].id], KVStatus.MARKED)
+    fork = store.fork(s.id, msgs[2].id)
+    store.append(fork.id, [Message.tool_result("c1", "other")])
+    store.update_session(s.id, state={"k": [1, 2]})
+    before = {sid: (store.get_session(sid), store.range(sid), store.window(sid, 500),
+                    store.tail(sid, 10, include_marked=True)) for sid in (s.id, fork.id)}
+    store.close()
+
+    again = SQLiteStore(path, counter="approx")
+    for sid, expected in before.items():
+        assert (again.get_session(sid), again.range(sid), again.window(sid, 500),
+                again.tail(sid, 10, include_marked=True)) == expected
+    assert again.get_asset(msgs[1].attachments[0].sha256) == png_bytes
+    assert [t.id for t in again.lineage(fork.id)] == [s.id, fork.id]
+    assert again.get_session(s.id).expires_at == before[s.id][0].expires_at
+    again.close()
+
+
+def _append_and_report(path: str, conn: object) -> None:
+    store = SQLiteStore(path, counter="approx")
+    for i in range(100_000):
+        m = Message.user(f"acked {i}")
+        store.append("crash", [m])
+        conn.send(m.id)  # type: ignore[attr-defined]
+
+
+def test_acknowledged_appends_survive_a_killed_process(tmp_path: Path) -> None:
+    path = str(tmp_path / "crash.db")
+    with SQLiteStore(path) as store:
+        store.create_session("crash")
+    ctx = multiprocessing.get_context("spawn")
+    receiver, sender = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_append_and_report, args=(path, sender))
+    child.start()
+    acked = [receiver.recv() for _ in range(200)]
+    os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
+    child.join()
+    while receiver.poll():
+        acked.append(receiver.recv())
+    with SQLiteStore(path) as store:
+        stored = [m.id for m in store.range("crash")]
+        assert stored[:len(acked)] == acked  # every acknowledged append, in order
+        assert store.count("crash") == len(stored) == store.get_session("crash").version
+
+
+def _writer(path: str, worker: int, n: int, start: object) -> None:
+    store = SQLiteStore(path, counter="approx", timeout=60)
+    start.wait()  # type: ignore[attr-defined]  # both processes write at the same time
+    for k in range(n):
+        batch = [Message.user(f"p{worker} k{k}"), Message.assistant(f"p{worker} k{k} reply")]
+        store.append("shared", batch)
+        store.append("shared", batch)  # a retry: stores nothing
+    store.close()
+
+
+def test_two_processes_append_to_one_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.db")
+    with SQLiteStore(path) as store:
+        store.create_session("shared")
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(2)
+    workers = [ctx.Process(target=_writer, args=(path, w, 150, start)) for w in range(2)]
+    for p in workers:
+        p.start()
+    for p in workers:
+        p.join(120)
+        assert p.exitcode == 0
+    with SQLiteStore(path) as store:
+        stored = store.range("shared")
+        assert len(stored) == 2 * 150 * 2 == len({m.id for m in stored})
+        for w in range(2):  # each process's messages in its order, pairs adjacent
+            mine = [m.text for m in stored if m.text.startswith(f"p{w} ")]
+            assert mine == [t for k in range(150) for t in (f"p{w} k{k}", f"p{w} k{k} reply")]
+        texts = [m.text for m in stored]
+        assert all(texts[i + 1] == texts[i] + " reply" for i in range(0, len(texts), 2))
+        assert store.get_session("shared").version == 2 * 150
+
+
+def test_a_writer_waits_for_another_process_then_proceeds(tmp_path: Path) -> None:
+    path = tmp_path / "busy.db"
+    store = SQLiteStore(path, counter="approx", timeout=5)
+    store.create_session("s")
+    # stands for another process
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    threading.Timer(0.3, lambda: other.execute("COMMIT")).start()
+    started = time.monotonic()
+    assert store.append("s", [Message.user("after the other writer")]) == 1
+    assert time.monotonic() - started >= 0.25
+    impatient = SQLiteStore(path, counter="approx", timeout=0.1)
+    other.execute("BEGIN IMMEDIATE")
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        impatient.append("s", [Message.user("gives up")])
+    other.execute("ROLLBACK")
+    assert store.count("s") == 1
+    for s in (store, impatient):
+        s.close()
+    other.close()
+
+
+def test_memory_database_across_threads() -> None:
+    store = SQLiteStore(":memory:", counter="approx")
+    sids = [store.create_session().id for _ in range(8)]
+
+    def write(sid: str) -> None:
+        for i in range(25):
+            store.append(sid, [Message.user(f"{i}")])
+
+    threads = [threading.Thread(target=write, args=(sid,)) for sid in sids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [store.count(sid) for sid in sids] == [25] * 8
+    store.close()
+
+
+# ---------------------------------------------------------------- reads stay on an index
+
+
+def _filled(tmp_path: Path) -> SQLiteStore:
+    store = SQLiteStore(tmp_path / "big.db", counter="approx")
+    for sid in ("a", "b", "c"):
+        store.create_session(sid)
+        msgs: list[Message] = [Message.system("sys")]
+        for i in range(300):
+            msgs += [Message.user(f"q {i} " + "w " * (i % 13)),
+                     Message.assistant("", [{"id": f"{sid}{i}", "name": "f", "arguments": {}}]),
+                     Message.tool_result(f"{sid}{i}", "r " * (i % 5)),
+                     Message.assistant(f"a {i}")]
+        for start in range(0, len(msgs), 200):
+            store.append(sid, msgs[start:start + 200])
+    return store
+
+
+READS = {
+    "rows": (sqlite_module.ROWS, ("default", "b", 100, 140)),
+    "tail": (sqlite_module.TAIL, ("default", "b", 900, 20)),
+    "kept": (sqlite_module.KEPT, ("default", "b", 900)),
+    "by id": (sqlite_module.BY_ID, ("default", "b", "x")),
+    "seq at cum": (sqlite_module.SEQ_AT_CUM, ("default", "b", 5000, 256)),
+    "bisect cum": (sqlite_module.BISECT_CUM, ("default", "b", 0, 900, 5000)),
+    "find calls": (sqlite_module.FIND_CALLS, ('["b1", "b2"]', "default", "b", 900)),
+    "existing": (sqlite_module.EXISTING, ('["x", "y"]', "default", "b")),
+}
+
+
+@pytest.mark.parametrize("analyzed", [False, True], ids=["no stats", "analyzed"])
+def test_read_plans_use_an_index(tmp_path: Path, analyzed: bool) -> None:
+    store = _filled(tmp_path)
+    if analyzed:  # the plans must not change once the planner has statistics
+        store._conn.execute("ANALYZE")
+    for name, (sql, params) in READS.items():
+        plan = [row[3] for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+        steps = [p.split() for p in plan if p.startswith(("SEARCH", "SCAN", "BLOOM"))]
+        on_tables = [p for p in steps if p[1] in ("messages", "calls", "m", "c")]
+        assert on_tables, (name, plan)
+        for step in on_tables:  # never "SCAN messages", never a Bloom filter built over it
+            assert step[0] == "SEARCH" and step[2] == "USING", (name, plan)
+            assert step[3] in ("PRIMARY", "INDEX", "COVERING"), (name, plan)
+        assert not any("TEMP B-TREE" in p or p.startswith("BLOOM") for p in plan), (name, plan)
+    store.close()
+
+
+def test_seq_at_cum_matches_a_scan(tmp_path: Path) -> None:
+    store = _filled(tmp_path)
+    rows = store._b_rows("default", "b", 0, 10**9)
+    total = rows[-1].cum_before + rows[-1].tokens
+
+    def expected(cum: int) -> int | None:
+        return next((r.seq for r in rows if r.cum_before >= cum), None)
+
+    # near the end (the short scan), far back (the bisection), and both edges
+    probes = {-5, 0, 1, total - 1, total, total + 1, *range(0, total + 50, 97)}
+    probes |= {r.cum_before + d for r in rows[::37] for d in (-1, 0, 1)}
+    for cum in sorted(probes):
+        assert store._b_seq_at_cum("default", "b", cum) == expected(cum), cum
+    assert store._b_seq_at_cum("default", "nobody", 10) is None
+    fork = store.fork("b", rows[500].id)  # a fork without rows of its own
+    assert store._b_seq_at_cum("default", fork.id, 1) is None
+    store.append(fork.id, [Message.user("own")])
+    own = store._b_rows("default", fork.id, 0, 10**9)
+    assert [r.seq for r in own] == [501]
+    assert store._b_seq_at_cum("default", fork.id, own[0].cum_before) == 501
+    assert store._b_seq_at_cum("default", fork.id, own[0].cum_before + 1) is None
+    store.close()
+
+
+def test_atomic_groups_writes_and_nests(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "a.db", counter="approx")
+    store.create_session("s")
+    with pytest.raises(RuntimeError), store.atomic():
+        store.append("s", [Message.user("one")])
+        store.append("s", [Message.user("two")])
+        raise RuntimeError("changed my mind")
+    assert store.count("s") == 0 and store.get_session("s").version == 0
+    with store.atomic():
+        store.append("s", [Message.user("kept")])
+        with pytest.raises(RuntimeError), store.atomic():
+            store.append("s", [Message.user("inner, rolled back")])
+            raise RuntimeError
+    assert [m.text for m in store.range("s")] == ["kept"]
+    store.close()
