@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
@@ -14,10 +15,20 @@ DESCRIPTION = """\
 chathistory keeps the conversation history of LLM applications and builds,
 for every turn, the part of it that goes to the model.
 
+Every store command takes --store URL (default: $CHATHISTORY_STORE, else
+sqlite:///chathistory.db); listings take --json.
+
 examples:
   chathistory --version
-  chathistory count --encoding o200k_base conversation.json
+  chathistory import conversations.json
+  chathistory sessions
+  chathistory show SESSION_ID --max-tokens 8000
+  chathistory serve
 """
+
+COMMANDS = ("import_", "export", "sessions", "show", "stats", "keys", "migrate", "serve",
+            "count")
+"""Command modules, in the order ``--help`` lists them."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,9 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"chathistory {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from . import count
-
-    count.register(commands)
+    for name in COMMANDS:
+        module = importlib.import_module(f"{__name__}.{name}")
+        module.register(commands)
     return parser
 
 

@@ -1,0 +1,50 @@
+"""``chathistory serve``: the stores behind the HTTP API and the web viewer."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ._common import add_command, add_store_option, guarded, store_url
+
+HELP = "serve a store over HTTP (API under /v1, viewer at /)"
+EPILOG = """\
+Without API keys in the store (and without --require-keys) the server serves
+tenant 'default' without authentication and only on a loopback address; a
+public --host is refused until keys exist (chathistory keys create TENANT).
+Needs the server extra: pip install 'chathistory[server]'.
+
+examples:
+  chathistory serve
+  chathistory serve --store postgresql://app@db/chat --host 0.0.0.0 --port 8080 --require-keys
+"""
+
+
+def register(commands: Any) -> None:
+    parser = add_command(commands, "serve", HELP, EPILOG)
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    parser.add_argument("--asset-dir", default="chathistory-assets",
+                        help="directory for uploaded attachments (default ./chathistory-assets)")
+    parser.add_argument("--require-keys", action="store_true",
+                        help="refuse requests without a valid API key")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="server processes (default 1; the server keeps no state)")
+    parser.add_argument("--log-level", default="info",
+                        choices=("critical", "error", "warning", "info", "debug"),
+                        help="log level (default info)")
+    add_store_option(parser)
+    parser.set_defaults(run=run)
+
+
+@guarded("serve")
+def run(args: argparse.Namespace) -> int:
+    from ..server import run as serve
+
+    if not 0 <= args.port <= 65535:
+        raise ValueError("--port must be between 0 and 65535")
+    if args.workers < 1:
+        raise ValueError("--workers must be at least 1")
+    serve(store_url(args), host=args.host, port=args.port, asset_dir=args.asset_dir,
+          require_keys=args.require_keys, workers=args.workers, log_level=args.log_level)
+    return 0

@@ -1,0 +1,55 @@
+"""Running the ``chathistory`` command in-process against temporary SQLite stores."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chathistory.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+Run = Callable[..., Result]
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
+    """``cli("sessions", "--json")``: the exit status and what was printed."""
+    monkeypatch.delenv("CHATHISTORY_STORE", raising=False)
+
+    def run(*args: str | Path) -> Result:
+        capsys.readouterr()
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse errors
+            code = int(exc.code or 0)
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return run
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+@pytest.fixture
+def other_store_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'other.db'}"
