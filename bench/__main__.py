@@ -1,4 +1,6 @@
-"""`python -m bench [suite ...] [--quick]`: run benchmark suites, print tables, write JSON."""
+"""`python -m bench [suite ...] [--quick]`: run benchmark suites, print tables, write JSON.
+
+`service` also takes `--duration SECONDS` (per cell), `--soak SECONDS` and `--workers N`."""
 
 from __future__ import annotations
 
@@ -8,11 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import foundation, window
+from . import foundation, service, window
 
 SUITES: dict[str, Callable[..., dict[str, Any]]] = {
     "foundation": foundation.run,
     "window": window.run,
+    "service": service.run,
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -29,11 +32,20 @@ def main(argv: list[str] | None = None) -> int:
         default=RESULTS,
         help="directory for SUITE.json (default bench/results)",
     )
+    parser.add_argument("--duration", type=float, default=None,
+                        help="service: seconds per cell (default 10, 3 with --quick)")
+    parser.add_argument("--soak", type=float, default=None, metavar="SECONDS",
+                        help="service: only a memory soak of appends for this long (e.g. 600)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="service: uvicorn worker processes (default 1)")
     args = parser.parse_args(argv)
     for name in args.suites or list(SUITES):
-        results = SUITES[name](quick=args.quick)
+        options = ({"duration": args.duration, "soak": args.soak, "workers": args.workers}
+                   if name == "service" else {})
+        results = SUITES[name](quick=args.quick, **options)
         args.results.mkdir(parents=True, exist_ok=True)
-        path = args.results / (f"{name}-quick.json" if args.quick else f"{name}.json")
+        stem = f"{name}-soak" if name == "service" and args.soak else name
+        path = args.results / (f"{stem}-quick.json" if args.quick else f"{stem}.json")
         path.write_text(json.dumps(results, indent=2, default=str) + "\n")
         print(f"results written to {path}")
     return 0

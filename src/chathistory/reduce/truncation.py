@@ -48,7 +48,7 @@ class TruncationReducer(BaseReducer):
             return None
         start = split.boundary_at_or_after(n - self.target_count)
         floor = n - self.target_count - self.threshold_count
-        for i in range(start, max(floor, 0) - 1, -1):
+        for i in range(min(start, n - 1), max(floor, 0) - 1, -1):
             if split.rest[i].role == "user" and split.groups.boundary_ok(i):
                 return i
         return start

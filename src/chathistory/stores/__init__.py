@@ -34,5 +34,10 @@ def open_store(url: str = "memory://", **options: object) -> Store:
 
         store = RedisStore.from_url(url, **options)
         return store
+    if scheme in ("http", "https"):
+        from .remote import RemoteStore
+
+        store = RemoteStore.from_url(url, **options)
+        return store
     raise ValueError(f"unknown store URL scheme {scheme!r}: use memory://, sqlite:///path, "
-                     "postgresql://..., redis://...")
+                     "postgresql://..., redis://..., http(s)://...")

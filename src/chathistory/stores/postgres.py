@@ -2,13 +2,22 @@
 
 Every table's primary key starts with ``(tenant, session_id)`` (assets with
 ``(tenant, sha256)``), so either column can serve as a distribution column
-(Citus) or partition key; ``partitions=N`` creates the messages table
-``PARTITION BY HASH (tenant, session_id)``. Every read the engine makes is an
-index lookup or range on one session. An append is one transaction that locks
-the session row (``SELECT ... FOR UPDATE``): writers to one session queue up,
-across processes too, while different sessions never wait for each other.
-Acknowledged writes are committed transactions, as durable as the server's
-``fsync``/``synchronous_commit`` settings make them.
+(Citus) or partition key; ``partitions=N`` creates the per-message tables
+``PARTITION BY HASH (tenant, session_id)``.
+
+Every read the engine makes is an index lookup or range on one session, and the
+plans do not depend on table statistics: each per-session table has exactly one
+index that fits (its primary key; messages by id, the kept system rows and the
+calls live in tables of their own), multi-key lookups probe key by key, and
+"the first row past N tokens" is a binary search of primary-key probes. (With
+several ``(tenant, session_id, ...)`` indexes on one table, a table without
+fresh statistics - new, bulk-loaded, or autovacuum off - lets the planner pick
+any of them and filter the whole session.)
+
+An append is one transaction that locks the session row (``SELECT ... FOR
+UPDATE``): writers to one session queue up, across processes too, while
+different sessions never wait for each other. Acknowledged writes are committed
+transactions, as durable as the server's ``fsync``/``synchronous_commit`` make them.
 
 Message JSON is kept as ``bytea``, byte for byte what the engine wrote. The
 session is kept as ``json`` (not ``jsonb``, which rewrites ``1e20`` as an
@@ -19,7 +28,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -48,7 +57,9 @@ _CONNECT_TIMEOUT = 3  # seconds: an unreachable server fails the constructor pro
 _RETRIES = 20  # an append that lost a deadlock is run again, this many times at most
 _session_decoder = msgspec.json.Decoder(Session)
 _ROW = "seq, id, role, data, tokens, cum_before, cut_ok, orphan, status, version"
-_KEPT = "role IN ('system', 'developer')"  # as written in the partial index, so it is used
+_NO_LIMIT = 2**62
+_KEPT = ("system", "developer")
+_PER_MESSAGE = ("messages", "message_ids", "calls")  # partitioned with partitions=N
 
 # ==================================================================== schema
 
@@ -81,27 +92,37 @@ CREATE TABLE {s}.messages (
     role        text COLLATE "C" NOT NULL,
     data        bytea NOT NULL,
     tokens      integer NOT NULL,
-    cum_before  bigint NOT NULL,
+    cum_before  bigint NOT NULL,              -- non-decreasing in seq: binary-searchable
     cut_ok      boolean NOT NULL,
     orphan      boolean NOT NULL,
     status      smallint NOT NULL,
     version     bigint NOT NULL,
     PRIMARY KEY (tenant, session_id, seq)
 ){partition};
-CREATE UNIQUE INDEX messages_by_id ON {s}.messages (tenant, session_id, id);
-CREATE INDEX messages_by_cum ON {s}.messages (tenant, session_id, cum_before, seq);
-CREATE INDEX messages_kept ON {s}.messages (tenant, session_id, seq)
-    WHERE role IN ('system', 'developer');
-"""
-
-_OTHERS = """
-CREATE TABLE {s}.calls (
+CREATE TABLE {s}.message_ids (                -- a message id is unique in its session
+    tenant      text COLLATE "C" NOT NULL,
+    session_id  text COLLATE "C" NOT NULL,
+    id          text COLLATE "C" NOT NULL,
+    seq         bigint NOT NULL,
+    version     bigint NOT NULL,
+    PRIMARY KEY (tenant, session_id, id)
+){partition};
+CREATE TABLE {s}.calls (                      -- tool calls made by the session's messages
     tenant      text COLLATE "C" NOT NULL,
     session_id  text COLLATE "C" NOT NULL,
     call_id     text COLLATE "C" NOT NULL,
     seq         bigint NOT NULL,
     PRIMARY KEY (tenant, session_id, call_id)
+){partition};
+CREATE TABLE {s}.kept (                       -- positions of system and developer messages
+    tenant      text COLLATE "C" NOT NULL,
+    session_id  text COLLATE "C" NOT NULL,
+    seq         bigint NOT NULL,
+    PRIMARY KEY (tenant, session_id, seq)
 );
+"""
+
+_OTHERS = """
 CREATE TABLE {s}.overrides (
     tenant      text COLLATE "C" NOT NULL,
     session_id  text COLLATE "C" NOT NULL,
@@ -131,9 +152,10 @@ def _m001_initial(conn: psycopg.Connection[Any], schema: str, partitions: int | 
     partition = "" if not partitions else " PARTITION BY HASH (tenant, session_id)"
     for script in (_SESSIONS, _MESSAGES.replace("{partition}", partition), _OTHERS):
         conn.execute(script.replace("{s}", s))
-    for i in range(partitions or 0):
-        conn.execute(f"CREATE TABLE {s}.messages_p{i} PARTITION OF {s}.messages "
-                     f"FOR VALUES WITH (MODULUS {partitions}, REMAINDER {i})")
+    for table in _PER_MESSAGE if partitions else ():
+        for i in range(partitions or 0):  # (or 0: never reached without partitions)
+            conn.execute(f"CREATE TABLE {s}.{table}_p{i} PARTITION OF {s}.{table} "
+                         f"FOR VALUES WITH (MODULUS {partitions}, REMAINDER {i})")
 
 
 MIGRATIONS: list[tuple[str, Callable[[psycopg.Connection[Any], str, int | None], None]]] = [
@@ -188,53 +210,92 @@ class _Queries:
         self.save_session = (f"UPDATE {s}.sessions SET version = %s, expires_at = %s, "
                              f"payload = %s WHERE {key}")
         self.save_if = f"{self.save_session} AND version = %s"
-        self.list_sessions = (
-            f"SELECT payload::text FROM {s}.sessions WHERE tenant = %s "
-            "AND (%s::text IS NULL OR user_id = %s) "
-            "AND (%s::text IS NULL OR (created_iso, session_id) > (%s, %s)) "
-            "ORDER BY created_iso, session_id LIMIT %s")
-        by = f"SELECT payload::text FROM {s}.sessions WHERE tenant = %s"
-        self.children = f"{by} AND parent_id = %s"
-        self.tree = f"{by} AND root_id = %s"
+        listing = f"SELECT payload::text FROM {s}.sessions WHERE tenant = %s"
+        order = " ORDER BY created_iso, session_id LIMIT %s"
+        after = " AND (created_iso, session_id) > (%s, %s)"
+        self.list_sessions = {  # by (user given, cursor given): each its own index range
+            (False, False): listing + order,
+            (False, True): listing + after + order,
+            (True, False): listing + " AND user_id = %s" + order,
+            (True, True): listing + " AND user_id = %s" + after + order,
+        }
+        self.children = f"{listing} AND parent_id = %s"
+        self.tree = f"{listing} AND root_id = %s"
         self.expired = f"SELECT tenant, session_id FROM {s}.sessions WHERE expires_at <= %s"
+        per_session = ("messages", "message_ids", "kept", "calls", "overrides", "asset_refs")
         self.delete_session = (
-            f"WITH m AS (DELETE FROM {m} WHERE {key}), "
-            f"c AS (DELETE FROM {s}.calls WHERE {key}), "
-            f"o AS (DELETE FROM {s}.overrides WHERE {key}), "
-            f"r AS (DELETE FROM {s}.asset_refs WHERE {key}) "
-            f"DELETE FROM {s}.sessions WHERE {key}")
-        # messages: each one an index range or lookup on one session
-        self.existing = f"SELECT id, version FROM {m} WHERE {key} AND id = ANY(%s)"
-        self.calls = f"SELECT call_id, seq FROM {s}.calls WHERE {key} AND call_id = ANY(%s)"
-        self.find_calls = f"{self.calls} AND seq < %s"
+            "WITH " + ", ".join(f"d_{t} AS (DELETE FROM {s}.{t} WHERE {key})"
+                                for t in per_session)
+            + f" DELETE FROM {s}.sessions WHERE {key}")
+        self.delete_session_keys = len(per_session) + 1
+        # many keys are looked up one equality probe each (a LATERAL subquery that is
+        # not flattened), never with "= ANY(...)", which the planner may answer by
+        # filtering the whole session when it believes sessions are small
+        self.existing = (
+            "SELECT k.id, i.version FROM unnest(%s::text[]) AS k(id) CROSS JOIN LATERAL "
+            f"(SELECT version FROM {s}.message_ids WHERE {key} AND id = k.id OFFSET 0) AS i")
+        self.find_calls = (
+            "SELECT k.id, c.seq FROM unnest(%s::text[]) AS k(id) CROSS JOIN LATERAL "
+            f"(SELECT seq FROM {s}.calls WHERE {key} AND call_id = k.id "
+            "AND seq < %s OFFSET 0) AS c")
+        at_seq = "tenant = o.tenant AND session_id = o.session_id AND seq = o.seq OFFSET 0"
+        self.row_by_id = (
+            f"SELECT r.* FROM {s}.message_ids o CROSS JOIN LATERAL "
+            f"(SELECT {_ROW} FROM {m} WHERE {at_seq}) AS r "
+            "WHERE o.tenant = %s AND o.session_id = %s AND o.id = %s")
+        self.kept_rows = (
+            f"SELECT r.* FROM {s}.kept o CROSS JOIN LATERAL "
+            f"(SELECT {_ROW} FROM {m} WHERE {at_seq}) AS r "
+            "WHERE o.tenant = %s AND o.session_id = %s AND o.seq < %s ORDER BY o.seq")
         self.rows = f"SELECT {_ROW} FROM {m} WHERE {key} AND seq >= %s AND seq < %s ORDER BY seq"
         self.tail_rows = (f"SELECT {_ROW} FROM {m} WHERE {key} AND seq < %s "
                           "ORDER BY seq DESC LIMIT %s")
-        self.seq_at_cum = (f"SELECT seq FROM {m} WHERE {key} AND cum_before >= %s "
-                           "ORDER BY cum_before, seq LIMIT 1")
-        self.kept_rows = (f"SELECT {_ROW} FROM {m} WHERE {key} AND seq < %s AND {_KEPT} "
-                          "ORDER BY seq")
-        self.row_by_id = f"SELECT {_ROW} FROM {m} WHERE {key} AND id = %s"
+        # own positions are contiguous and cum_before never decreases along them: a
+        # binary search of primary-key probes, O(log n), in one statement
+        named = "tenant = %(tenant)s AND session_id = %(session_id)s"
+        self.seq_at_cum = f"""
+            WITH RECURSIVE search(lo, hi, top) AS (
+                SELECT b.lo, b.top, b.top FROM (SELECT
+                    (SELECT seq FROM {m} WHERE {named} ORDER BY seq LIMIT 1) AS lo,
+                    (SELECT seq + 1 FROM {m} WHERE {named} ORDER BY seq DESC LIMIT 1) AS top
+                ) AS b
+              UNION ALL
+                SELECT CASE WHEN p.cum_before >= %(cum)s THEN q.lo ELSE p.seq + 1 END,
+                       CASE WHEN p.cum_before >= %(cum)s THEN p.seq ELSE q.hi END, q.top
+                FROM search AS q CROSS JOIN LATERAL (
+                    SELECT seq, cum_before FROM {m}
+                    WHERE {named} AND seq = (q.lo + q.hi) / 2 OFFSET 0) AS p
+                WHERE q.lo < q.hi
+            )
+            SELECT lo FROM search WHERE lo = hi AND lo < top"""
         self.clear_cuts = (f"UPDATE {m} SET cut_ok = false WHERE {key} "
                            "AND seq >= %s AND seq < %s AND cut_ok")
         self.insert_rows = (
             f"INSERT INTO {m} (tenant, session_id, {_ROW}) SELECT %s, %s, * FROM unnest("
             "%s::bigint[], %s::text[], %s::text[], %s::bytea[], %s::integer[], %s::bigint[], "
             "%s::boolean[], %s::boolean[], %s::smallint[], %s::bigint[])")
+        self.insert_ids = (
+            f"INSERT INTO {s}.message_ids (tenant, session_id, id, seq, version) "
+            "SELECT %s, %s, * FROM unnest(%s::text[], %s::bigint[], %s::bigint[])")
+        self.insert_kept = (f"INSERT INTO {s}.kept (tenant, session_id, seq) "
+                            "SELECT %s, %s, unnest(%s::bigint[])")
         self.insert_calls = (
             f"INSERT INTO {s}.calls (tenant, session_id, call_id, seq) "
             "SELECT %s, %s, * FROM unnest(%s::text[], %s::bigint[]) "
             "ON CONFLICT (tenant, session_id, call_id) DO UPDATE SET seq = EXCLUDED.seq")
-        self.set_status = f"UPDATE {m} SET status = %s WHERE {key} AND seq = ANY(%s)"
+        self.set_status = (f"UPDATE {m} SET status = %s WHERE {key} "
+                           "AND seq >= %s AND seq < %s")
         self.set_overrides = (
             f"INSERT INTO {s}.overrides (tenant, session_id, seq, status) "
             "SELECT %s, %s, unnest(%s::bigint[]), %s "
             "ON CONFLICT (tenant, session_id, seq) DO UPDATE SET status = EXCLUDED.status")
         self.overrides = f"SELECT seq, status FROM {s}.overrides WHERE {key}"
-        self.truncate_rows = f"DELETE FROM {m} WHERE {key} AND seq >= %s"
+        self.truncate_rows = f"DELETE FROM {m} WHERE {key} AND seq >= %s RETURNING id"
+        self.truncate_id = f"DELETE FROM {s}.message_ids WHERE {key} AND id = %s"
+        self.truncate_kept = f"DELETE FROM {s}.kept WHERE {key} AND seq >= %s"
+        # the session's calls are filtered by position: a pop costs O(calls in the session)
         self.truncate_calls = f"DELETE FROM {s}.calls WHERE {key} AND seq >= %s"
-        self.drop_overrides = f"DELETE FROM {s}.overrides WHERE {key}"
-        self.drop_refs = f"DELETE FROM {s}.asset_refs WHERE {key}"
+        self.clear_all = [f"DELETE FROM {s}.{t} WHERE {key}" for t in per_session]
         # assets: the upsert locks an existing asset row, so a concurrent GC waits for
         # the append (and then sees its reference) instead of deleting under it
         self.keep_asset = (
@@ -256,6 +317,17 @@ def _session_params(session: Session) -> tuple[str, int, datetime | None, str]:
     return session.id, session.version, session.expires_at, payload
 
 
+def _runs(seqs: Sequence[int]) -> list[tuple[int, int]]:
+    """``[lo, hi)`` runs of consecutive positions covering ``seqs``."""
+    runs: list[tuple[int, int]] = []
+    for seq in sorted(set(seqs)):
+        if runs and runs[-1][1] == seq:
+            runs[-1] = (runs[-1][0], seq + 1)
+        else:
+            runs.append((seq, seq + 1))
+    return runs
+
+
 def _sessions(cursor: psycopg.Cursor[Any]) -> list[Session]:
     return [_session_decoder.decode(text) for (text,) in cursor]
 
@@ -273,11 +345,11 @@ class _Txn:
         self.session = session
 
     def existing(self, ids: Sequence[str]) -> dict[str, int]:
-        cursor = self.conn.execute(self.q.existing, (*self.key, list(ids)))
+        cursor = self.conn.execute(self.q.existing, (list(ids), *self.key))
         return {i: v for i, v in cursor}
 
     def calls(self, call_ids: Sequence[str]) -> dict[str, int]:
-        cursor = self.conn.execute(self.q.calls, (*self.key, list(call_ids)))
+        cursor = self.conn.execute(self.q.find_calls, (list(call_ids), *self.key, _NO_LIMIT))
         return {c: seq for c, seq in cursor}
 
     def write(self, rows: list[Row], calls: dict[str, int], clear: tuple[int, int] | None,
@@ -290,6 +362,11 @@ class _Txn:
             if rows:
                 columns = list(zip(*rows, strict=True))
                 conn.execute(q.insert_rows, (*key, *(list(c) for c in columns)))
+                conn.execute(q.insert_ids, (*key, [r.id for r in rows], [r.seq for r in rows],
+                                            [r.version for r in rows]))
+                kept = [r.seq for r in rows if r.role in _KEPT]
+                if kept:
+                    conn.execute(q.insert_kept, (*key, kept))
             if calls:
                 conn.execute(q.insert_calls, (*key, list(calls), list(calls.values())))
             for sha in sorted(assets):  # one order everywhere: no deadlocks between appends
@@ -363,7 +440,8 @@ class PostgresStore(BaseStore):
         finally:
             self._pool.close()
 
-    def _execute(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def _execute(self, query: str, params: Sequence[Any] | Mapping[str, Any]
+                 ) -> list[tuple[Any, ...]]:
         with self._pool.connection() as conn:
             return conn.execute(query, params).fetchall()
 
@@ -401,9 +479,13 @@ class PostgresStore(BaseStore):
 
     def _b_list_sessions(self, tenant: str, after: tuple[str, str] | None, limit: int,
                          user: str | None) -> list[Session]:
-        created, sid = after if after is not None else (None, None)
-        return self._fetch_sessions(self._q.list_sessions,
-                                    (tenant, user, user, created, created, sid, limit))
+        params: list[Any] = [tenant]
+        if user is not None:
+            params.append(user)
+        if after is not None:
+            params.extend(after)
+        query = self._q.list_sessions[user is not None, after is not None]
+        return self._fetch_sessions(query, [*params, limit])
 
     def _b_children(self, tenant: str, session_id: str) -> list[Session]:
         return self._fetch_sessions(self._q.children, (tenant, session_id))
@@ -412,7 +494,8 @@ class PostgresStore(BaseStore):
         return self._fetch_sessions(self._q.tree, (tenant, root_id))
 
     def _b_delete_session(self, tenant: str, session_id: str) -> None:
-        self._execute_only(self._q.delete_session, (tenant, session_id) * 5)
+        self._execute_only(self._q.delete_session,
+                           (tenant, session_id) * self._q.delete_session_keys)
 
     def _execute_only(self, query: str, params: Sequence[Any]) -> None:
         with self._pool.connection() as conn:
@@ -423,7 +506,8 @@ class PostgresStore(BaseStore):
     def _b_append(self, tenant: str, session_id: str, fn: Callable[[AppendTxn], T]) -> T:
         for attempt in range(_RETRIES):
             try:
-                with self._pool.connection() as conn, conn.transaction():
+                # pipeline mode: BEGIN travels with the lock, COMMIT with the writes
+                with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
                     found = _sessions(conn.execute(self._q.lock_session, (tenant, session_id)))
                     return fn(_Txn(self, conn, tenant, session_id, found[0] if found else None))
             except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
@@ -445,7 +529,8 @@ class PostgresStore(BaseStore):
         return rows
 
     def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:
-        found = self._execute(self._q.seq_at_cum, (tenant, session_id, cum))
+        found = self._execute(self._q.seq_at_cum,
+                              {"tenant": tenant, "session_id": session_id, "cum": cum})
         return int(found[0][0]) if found else None
 
     def _b_kept_rows(self, tenant: str, session_id: str, hi: int) -> list[Row]:
@@ -459,14 +544,16 @@ class PostgresStore(BaseStore):
                       hi: int) -> dict[str, int]:
         if not call_ids:
             return {}
-        found = self._execute(self._q.find_calls, (tenant, session_id, list(call_ids), hi))
+        found = self._execute(self._q.find_calls, (list(call_ids), tenant, session_id, hi))
         return {c: seq for c, seq in found}
 
     def _b_set_status(self, tenant: str, session_id: str, seqs: Sequence[int], status: int,
                       overrides: Sequence[int]) -> None:
         with self._pool.connection() as conn, conn.transaction():
-            if seqs:
-                conn.execute(self._q.set_status, (status, tenant, session_id, list(seqs)))
+            if seqs:  # whole groups: a few runs of positions, each an index range
+                with conn.cursor() as cursor:
+                    cursor.executemany(self._q.set_status, [(status, tenant, session_id, lo, hi)
+                                                            for lo, hi in _runs(seqs)])
             if overrides:
                 conn.execute(self._q.set_overrides,
                              (tenant, session_id, list(overrides), status))
@@ -483,13 +570,20 @@ class PostgresStore(BaseStore):
             found = _sessions(conn.execute(self._q.lock_session, key))
             if not found or found[0].version != expected_version:
                 return False
-            with conn.pipeline():
-                conn.execute(self._q.truncate_rows, (*key, seq))
-                conn.execute(self._q.truncate_calls, (*key, seq))
-                if seq == 0:
-                    conn.execute(self._q.drop_overrides, key)
-                    conn.execute(self._q.drop_refs, key)
-                conn.execute(self._q.save_session, (version, expires_at, payload, *key))
+            q = self._q
+            if seq == 0:  # everything of the session but the session itself
+                with conn.pipeline():
+                    for query in q.clear_all:
+                        conn.execute(query, key)
+                    conn.execute(q.save_session, (version, expires_at, payload, *key))
+                return True
+            gone = [mid for (mid,) in conn.execute(q.truncate_rows, (*key, seq))]
+            with conn.pipeline(), conn.cursor() as cursor:
+                if gone:
+                    cursor.executemany(q.truncate_id, [(*key, mid) for mid in gone])
+                cursor.execute(q.truncate_kept, (*key, seq))
+                cursor.execute(q.truncate_calls, (*key, seq))
+                cursor.execute(q.save_session, (version, expires_at, payload, *key))
             return True
 
     # ---------------------------------------------------------------- assets, retention

@@ -1,0 +1,452 @@
+"""Service benchmark: `chathistory serve` under load, on loopback.
+
+The server runs as it would in production (`chathistory.server.run`: uvicorn,
+API keys required, JSON access log, the store's default o200k_base counter),
+in its own process; the load generator runs in other processes: keep-alive
+`http.client` connections, one per simulated client, each on its own session.
+
+Cells: SQLite file and PostgreSQL (127.0.0.1:5432, db `test`, a schema of its
+own, dropped after) x {append, window read} x {1, 16, 64} concurrent clients.
+
+- append: `POST /v1/sessions/{id}/messages` with one message (~40 words, a
+  fresh id): one append = one message, acknowledged after commit.
+- window read: `GET /v1/sessions/{id}/messages?max_tokens=2000` on a session of
+  200 messages (~10,000 tokens): the newest messages within 2,000 tokens.
+
+Reported per cell: requests/s, p50 and p99 latency (client side: from sending
+the request to the last byte of the answer), errors, and the server's RSS
+(every process of it) at the start, at its peak and at the end.
+
+Targets (service issue), 2 cores, PostgreSQL, 16 clients: >= 2,000 appends/s and
+>= 5,000 window reads/s, p99 < 50 ms. `--soak SECONDS` runs appends at 16
+clients for that long on PostgreSQL (SQLite when unreachable) and reports the
+server's RSS every 10% of the run (the issue's memory-flatness check: --soak 600).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import multiprocessing as mp
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .foundation import _verdict, print_table
+
+PG_URL = os.environ.get("CHATHISTORY_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+APP_NAME = "chathistory-bench"
+CLIENTS = (1, 16, 64)
+WINDOW_TOKENS = 2000
+HISTORY = 200  # messages in a window-read session
+TARGET_CLIENTS = 16
+TARGETS = {"append": 2000.0, "window": 5000.0}
+TARGET_P99_MS = 50.0
+_SENTENCE = ("the model reads every message of the conversation and answers with care while "
+             "keeping the tool calls next to their results so that nothing is lost or split "
+             "across the window boundary when the history grows long")
+WORDS = _SENTENCE.split(" ")
+
+
+# ---------------------------------------------------------------- the server
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user + system) of ``pids`` and their descendants."""
+    total = 0.0
+    pending = list(pids)
+    while pending:
+        current = pending.pop()
+        total += _cpu_seconds(current)
+        pending.extend(_children(current))
+    return total
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` and all its descendants."""
+    total = 0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            for line in Path(f"/proc/{current}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+        pending.extend(_children(current))
+    return total
+
+
+def _die_with_parent() -> None:
+    """Linux: the server gets SIGTERM when the benchmark dies, never outlives it."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class Server:
+    """`chathistory.server.run` in a subprocess, with a key of tenant ``bench``."""
+
+    def __init__(self, store_url: str, workers: int) -> None:
+        from chathistory.server import auth
+        from chathistory.stores import open_store
+
+        self.key: str | None = None
+        if not store_url.startswith("memory"):  # a memory store lives in the server only
+            store = open_store(store_url)
+            try:
+                _, self.key = auth.create_key(store, "bench", "service benchmark")
+            finally:
+                store.close()
+        self.port = _free_port()
+        self.assets = tempfile.mkdtemp(prefix="chathistory-bench-assets-")
+        script = ("from chathistory.server import run; "
+                  f"run({store_url!r}, '127.0.0.1', {self.port}, {self.assets!r}, "
+                  f"require_keys={self.key is not None}, workers={workers})")
+        self.store_url = store_url
+        self.proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                conn.request("GET", "/readyz")
+                if conn.getresponse().status == 200:
+                    conn.close()
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("the server did not start")
+            time.sleep(0.1)
+
+    def rss(self) -> int:
+        return rss_bytes(self.proc.pid)
+
+    def cpu(self) -> float:
+        return tree_cpu_seconds([self.proc.pid])
+
+    def db_cpu(self) -> float | None:
+        """CPU time of the PostgreSQL backends serving this server (by application_name)."""
+        if not self.store_url.startswith("postgres"):
+            return None
+        import psycopg
+
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            pids = [row[0] for row in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (APP_NAME,))]
+        return sum(_cpu_seconds(pid) for pid in pids)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# ---------------------------------------------------------------- the load generator
+
+
+def _text(i: int) -> str:
+    return " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(40))
+
+
+def _message(i: int) -> dict[str, Any]:
+    return {"id": str(uuid.uuid4()), "role": "user" if i % 2 == 0 else "assistant",
+            "parts": [{"type": "text", "text": _text(i)}]}
+
+
+def _request(conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None,
+             headers: dict[str, str]) -> int:
+    conn.request(method, path, body=body, headers=headers)
+    response = conn.getresponse()
+    response.read()
+    return response.status
+
+
+def _auth(key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _client_process(port: int, key: str | None, op: str, sessions: list[str], duration: float,
+                    start_at: float, results: Any) -> None:
+    """Clients (threads) of one load process; each sends requests on its own
+    keep-alive connection, to its own session, until the time is up."""
+    headers = {**_auth(key), "Content-Type": "application/json", "Connection": "keep-alive"}
+    # message bodies from a few templates: a fresh id costs the generator ~2 us
+    templates = [json.dumps({"messages": [{**_message(i), "id": "@ID@"}]}).encode().split(
+        b"@ID@") for i in range(16)]
+    out: list[tuple[int, int, list[float]]] = [(0, 0, []) for _ in sessions]
+
+    def client(k: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        path = (f"/v1/sessions/{sessions[k]}/messages" if op == "append" else
+                f"/v1/sessions/{sessions[k]}/messages?max_tokens={WINDOW_TOKENS}")
+        latencies: list[float] = []
+        errors = done = 0
+        while time.time() < start_at:
+            time.sleep(0.001)
+        end = start_at + duration
+        i = 0
+        while True:
+            t0 = time.perf_counter()
+            if time.time() >= end:
+                break
+            try:
+                if op == "append":
+                    head, tail = templates[i % len(templates)]
+                    body = head + str(uuid.uuid4()).encode() + tail
+                    status = _request(conn, "POST", path, body, headers)
+                else:
+                    status = _request(conn, "GET", path, None, headers)
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                status = 0
+            latencies.append(time.perf_counter() - t0)
+            if status == 200:
+                done += 1
+            else:
+                errors += 1
+            i += 1
+        conn.close()
+        out[k] = (done, errors, latencies)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(len(sessions))]
+    cpu = time.process_time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    results.put((out, time.process_time() - cpu))
+
+
+def _prepare_sessions(port: int, key: str | None, count: int, history: int) -> list[str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = {**_auth(key), "Content-Type": "application/json"}
+    ids = []
+    for _ in range(count):
+        sid = f"bench-{uuid.uuid4().hex[:12]}"
+        assert _request(conn, "POST", "/v1/sessions", json.dumps({"id": sid}).encode(),
+                        headers) == 201
+        for start in range(0, history, 100):
+            batch = [_message(i) for i in range(start, min(history, start + 100))]
+            assert _request(conn, "POST", f"/v1/sessions/{sid}/messages",
+                            json.dumps({"messages": batch}).encode(), headers) == 200
+        ids.append(sid)
+    conn.close()
+    return ids
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def run_cell(server: Server, op: str, clients: int, duration: float, processes: int,
+             sample: Callable[[], None] | None = None) -> dict[str, Any]:
+    sessions = _prepare_sessions(server.port, server.key, clients,
+                                 HISTORY if op == "window" else 0)
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    nproc = max(1, min(processes, clients))
+    shares = [sessions[i::nproc] for i in range(nproc)]
+    start_at = time.time() + 1.5 + 0.3 * nproc  # after every process has started
+    procs = [ctx.Process(target=_client_process, args=(server.port, server.key, op, share,
+                                                       duration, start_at, results))
+             for share in shares]
+    rss_start = server.rss()
+    for p in procs:
+        p.start()
+    rss_peak = rss_start
+    while time.time() < start_at:
+        time.sleep(0.01)
+    cpu_start, db_start = server.cpu(), server.db_cpu()
+    while time.time() < start_at + duration:
+        time.sleep(0.25)
+        rss_peak = max(rss_peak, server.rss())
+        if sample is not None:
+            sample()
+    cpu_used = server.cpu() - cpu_start
+    db_end = server.db_cpu()
+    db_used = None if db_start is None or db_end is None else db_end - db_start
+    answers = [results.get(timeout=120) for _ in procs]
+    collected = [part for part, _ in answers]
+    client_cpu = sum(cpu for _, cpu in answers)
+    for p in procs:
+        p.join(30)
+    rss_end = server.rss()
+    done = sum(d for part in collected for d, _, _ in part)
+    errors = sum(e for part in collected for _, e, _ in part)
+    latencies = sorted(x for part in collected for _, _, lat in part for x in lat)
+    return {
+        "op": op, "clients": clients, "seconds": duration, "requests": done,
+        "errors": errors, "per_second": done / duration,
+        "p50_ms": _percentile(latencies, 0.50) * 1000,
+        "p99_ms": _percentile(latencies, 0.99) * 1000,
+        "rss_start_mb": rss_start / 2**20, "rss_peak_mb": rss_peak / 2**20,
+        "rss_end_mb": rss_end / 2**20,
+        # CPU per request: server (every process), load generator, database backends
+        "server_cpu_ms": 1000 * cpu_used / max(done, 1),
+        "client_cpu_ms": 1000 * client_cpu / max(done, 1),
+        "db_cpu_ms": None if db_used is None else 1000 * db_used / max(done, 1),
+    }
+
+
+# ---------------------------------------------------------------- stores
+
+
+def _stores(tmp: str) -> list[tuple[str, str, Callable[[], None]]]:
+    """(name, URL, cleanup) of the stores to measure; PostgreSQL when reachable."""
+    out: list[tuple[str, str, Callable[[], None]]] = [
+        ("memory", "memory://", lambda: None),  # the HTTP layer alone, for comparison
+        ("sqlite", f"sqlite:///{tmp}/bench.db", lambda: None)]
+    try:
+        import psycopg
+
+        schema = f"bench_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(PG_URL, connect_timeout=3):
+            pass
+
+        def drop() -> None:
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+        sep = "&" if "?" in PG_URL else "?"
+        out.append(("postgres", f"{PG_URL}{sep}schema={schema}&application_name={APP_NAME}",
+                     drop))
+    except Exception as exc:  # no server here: measure SQLite only, and say so
+        print(f"PostgreSQL unreachable ({exc}); measuring SQLite only")
+    return out
+
+
+def run(quick: bool = False, duration: float | None = None, soak: float | None = None,
+        workers: int = 1, clients: tuple[int, ...] = CLIENTS, processes: int = 2,
+        stores: tuple[str, ...] = ("sqlite", "postgres"),
+        out: Callable[[str], None] = print) -> dict[str, Any]:
+    from .foundation import environment
+
+    seconds = duration if duration is not None else (3.0 if quick else 10.0)
+    env = environment()
+    out(f"chathistory service benchmark: {workers} uvicorn worker(s), {seconds:g} s per cell, "
+        f"load from {processes} process(es) on the same {os.cpu_count()} cpus")
+    results: dict[str, Any] = {"environment": env, "workers": workers, "seconds": seconds,
+                               "cells": [], "targets": {**TARGETS, "p99_ms": TARGET_P99_MS}}
+    with tempfile.TemporaryDirectory(prefix="chathistory-bench-") as tmp:
+        available = [s for s in _stores(tmp) if s[0] in stores]
+        if soak:
+            name, url, cleanup = available[-1]
+            results["soak"] = _soak(name, url, workers, soak, processes, out)
+            cleanup()
+            return results
+        for name, url, cleanup in available:
+            server = Server(url, workers)
+            try:
+                run_cell(server, "append", 4, 2.0, 1)  # warm-up (pools fill), not reported
+                for op in ("append", "window"):
+                    for n in clients:
+                        cell = run_cell(server, op, n, seconds, processes)
+                        cell["store"] = name
+                        results["cells"].append(cell)
+                        out(f"  {name:8} {op:6} {n:3} clients: {cell['per_second']:8.0f}/s  "
+                            f"p50 {cell['p50_ms']:6.1f} ms  p99 {cell['p99_ms']:6.1f} ms  "
+                            f"errors {cell['errors']}")
+            finally:
+                server.stop()
+                cleanup()
+    _print(results, out)
+    return results
+
+
+def _soak(name: str, url: str, workers: int, seconds: float, processes: int,
+          out: Callable[[str], None]) -> dict[str, Any]:
+    out(f"soak: appends from {TARGET_CLIENTS} clients on {name} for {seconds:g} s")
+    server = Server(url, workers)
+    run_cell(server, "append", 4, 2.0, 1)  # warm-up, not reported
+    samples: list[tuple[float, float]] = []
+    started = time.time()
+    step = max(1.0, seconds / 10)
+    last = [0.0]
+
+    def sample() -> None:
+        now = time.time() - started
+        if now - last[0] >= step:
+            last[0] = now
+            samples.append((round(now, 1), server.rss() / 2**20))
+            out(f"  t={now:6.0f} s  server RSS {samples[-1][1]:7.1f} MB")
+
+    try:
+        cell = run_cell(server, "append", TARGET_CLIENTS, seconds, processes, sample)
+    finally:
+        server.stop()
+    cell["store"] = name
+    cell["rss_samples_mb"] = samples
+    after_warmup = [mb for t, mb in samples if t >= seconds * 0.2] or [cell["rss_end_mb"]]
+    cell["rss_growth_after_warmup_mb"] = after_warmup[-1] - after_warmup[0]
+    out(f"  {cell['per_second']:.0f} appends/s, p99 {cell['p99_ms']:.1f} ms, RSS "
+        f"{cell['rss_start_mb']:.0f} -> {cell['rss_end_mb']:.0f} MB (after warm-up: "
+        f"{cell['rss_growth_after_warmup_mb']:+.1f} MB)")
+    return cell
+
+
+def _print(results: dict[str, Any], out: Callable[[str], None]) -> None:
+    out("")
+    out(f"requests/s and client-side latency, {results['workers']} worker(s), "
+        f"{results['seconds']:g} s per cell")
+    rows = []
+    for c in results["cells"]:
+        verdict: bool | None = None
+        if c["store"] == "postgres" and c["clients"] == TARGET_CLIENTS:
+            verdict = c["per_second"] >= TARGETS[c["op"]] and c["p99_ms"] < TARGET_P99_MS
+        rows.append([c["store"], c["op"], str(c["clients"]), f"{c['per_second']:,.0f}",
+                     f"{c['p50_ms']:.1f}", f"{c['p99_ms']:.1f}", str(c["errors"]),
+                     f"{c['rss_start_mb']:.0f}/{c['rss_peak_mb']:.0f}/{c['rss_end_mb']:.0f}",
+                     _verdict(verdict)])
+    print_table(["store", "op", "clients", "req/s", "p50 ms", "p99 ms", "errors",
+                 "RSS MB start/peak/end", "target"], rows, out)
+    out(f"targets (postgres, {TARGET_CLIENTS} clients): >= {TARGETS['append']:,.0f} appends/s, "
+        f">= {TARGETS['window']:,.0f} window reads/s, p99 < {TARGET_P99_MS:g} ms")

@@ -1,0 +1,114 @@
+"""The chathistory service: the stores behind an HTTP API (``chathistory serve``).
+
+``create_app(store, ...)`` (in ``chathistory.server.app``) builds the ASGI app;
+``run(store_url, host, port, asset_dir, require_keys)`` serves it with uvicorn.
+``chathistory.server.auth`` creates, lists and revokes API keys. Importing
+this package needs no server dependency; ``run`` and ``create_app`` need
+``pip install 'chathistory[server]'``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+import tempfile
+from typing import Any, TextIO
+
+from ..errors import ChatHistoryError, MissingDependency
+
+__all__ = ["ServerConfigError", "is_loopback_host", "run"]
+
+_APP_FACTORY = "chathistory.server:_app_from_env"
+_ENV = "CHATHISTORY_SERVE_CONFIG"
+
+
+class ServerConfigError(ChatHistoryError, ValueError):
+    """The server cannot start as configured (e.g. a public address without keys)."""
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether binding ``host`` is reachable from this machine only."""
+    if host in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _need_server_extra() -> None:
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise MissingDependency(exc.name or "starlette", "server") from exc
+
+
+def _config(store_url: str, asset_dir: str, require_keys: bool, log_level: str,
+            access_log: bool) -> dict[str, Any]:
+    return {"store_url": store_url, "asset_dir": asset_dir, "require_keys": require_keys,
+            "log_level": log_level, "access_log": access_log}
+
+
+def _app_from_env() -> Any:
+    """The app for a uvicorn worker process (configuration from the environment)."""
+    import msgspec
+
+    from ..stores import open_store
+    from .app import create_app
+    from .logging import configure
+
+    config = msgspec.json.decode(os.environ[_ENV])
+    configure(config["log_level"], access_log=config["access_log"])  # worker processes too
+    store = open_store(config["store_url"])
+    return create_app(store, keys_required=config["require_keys"],
+                      asset_dir=config["asset_dir"])
+
+
+def run(store_url: str = "sqlite:///chathistory.db", host: str = "127.0.0.1",
+        port: int = 8000, asset_dir: str = "chathistory-assets", require_keys: bool = False,
+        *, workers: int = 1, log_level: str = "info", access_log: bool = True,
+        out: TextIO | None = None) -> None:
+    """Serve ``store_url`` on ``host:port`` until interrupted.
+
+    Without any API key in the store and without ``require_keys``, the server
+    serves tenant ``default`` without authentication, and so only on a loopback
+    address: a public ``host`` is refused with ``ServerConfigError``. The
+    server holds no state, so ``workers`` > 1 runs that many processes.
+    """
+    _need_server_extra()
+    import msgspec
+    import uvicorn
+
+    from ..stores import open_store
+    from . import auth
+
+    out = out or sys.stderr
+    store = open_store(store_url)
+    try:
+        keys = auth.has_keys(store)
+        if not keys and not require_keys and not is_loopback_host(host):
+            raise ServerConfigError(
+                f"refusing to serve {host}: the store has no API keys, so anyone who can "
+                "reach the server would read and write every conversation. Create a key "
+                "(chathistory keys create TENANT) and start with --require-keys, or bind "
+                "127.0.0.1")
+    finally:
+        store.close()
+    shown = f"[{host}]" if ":" in host else host
+    print(f"chathistory serving {store_url} at http://{shown}:{port}/ "
+          f"(API under /v1, OpenAPI at /openapi.json)", file=out, flush=True)
+    if not keys and not require_keys:
+        print("warning: no API keys: serving tenant 'default' without authentication, "
+              "to loopback clients only. Create a key with `chathistory keys create "
+              "TENANT` to require keys.", file=out, flush=True)
+    elif not keys:
+        print("warning: --require-keys but no key exists yet: every request is refused "
+              "until one is created (chathistory keys create TENANT)", file=out, flush=True)
+    config = _config(store_url, asset_dir, require_keys, log_level, access_log)
+    os.environ[_ENV] = msgspec.json.encode(config).decode()
+    if workers > 1 and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="chathistory-metrics-")
+    uvicorn.run(_APP_FACTORY, factory=True, host=host, port=port, workers=workers,
+                log_level=log_level, access_log=False, server_header=False)

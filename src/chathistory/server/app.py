@@ -1,0 +1,312 @@
+"""The ASGI app: ``create_app(store, ...)`` -> a Starlette app serving the v1 API.
+
+The app is a thin shell over a ``Store``: each route decodes its request,
+makes one or two store calls in a worker thread (stores are sync; a call
+never blocks the event loop) and encodes the answer. It holds no state of its
+own besides caches, so any number of processes can serve one store.
+
+Every request gets a request id (``X-Request-ID``, echoed or generated), an
+access log line, and a place in the metrics under its route template. Routes,
+their schemas and their documentation come from one table (``ROUTES``), which
+``openapi.py`` turns into the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ipaddress
+import itertools
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..assets import FileAssetStore
+from ..model.parts import MAX_ATTACHMENT_BYTES
+from ..stores.base import Store
+from . import auth
+from .errors import HTTPError, error_body
+from .logging import access_log, logger
+from .metrics import Metrics
+from .wire import JSON_TYPE, json_body
+
+__all__ = ["Context", "Endpoint", "Limits", "Param", "Service", "create_app"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+DEFAULT_TENANT = "default"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Request limits (bytes and counts)."""
+
+    json_bytes: int = 10 * 1024 * 1024
+    """A JSON request body."""
+    asset_bytes: int = MAX_ATTACHMENT_BYTES
+    """An uploaded asset (413 past it, nothing kept)."""
+    import_bytes: int = 1024 * 1024 * 1024
+    """A whole ``/v1/import`` body (it is streamed; each line is held to ``json_bytes``)."""
+
+
+class Service:
+    """What every route needs: the store, the asset directory, limits, keys."""
+
+    def __init__(self, store: Store, *, keys_required: bool, asset_dir: str | Path,
+                 limits: Limits, key_cache_seconds: float) -> None:
+        self.store = store
+        self.assets = FileAssetStore(asset_dir, max_bytes=limits.asset_bytes)
+        self.limits = limits
+        self.keys_required = keys_required
+        self.key_cache = auth.KeyCache(key_cache_seconds)
+        self.metrics = Metrics()
+        self._keys_checked = 0.0
+
+    async def open_mode(self) -> bool:
+        """True while no key exists (and none is required): requests without a key
+        are served as tenant ``default``. Once a key exists this stays False for
+        the life of the process; until then it is checked at most once a second."""
+        if self.keys_required:
+            return False
+        now = time.monotonic()
+        if now - self._keys_checked > 1.0:
+            self._keys_checked = now
+            if await run(auth.has_keys, self.store):
+                self.keys_required = True
+        return not self.keys_required
+
+
+_executor: ThreadPoolExecutor | None = None
+STORE_THREADS = 32
+"""Worker threads for store calls (per process)."""
+
+
+async def run(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn(*args, **kwargs)`` in a worker thread: stores are sync and may block.
+    (The event loop's executor directly: a third of the CPU cost of anyio's
+    ``to_thread``, which matters at thousands of requests a second.)"""
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="chathistory-store")
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_executor, functools.partial(fn, *args, **kwargs))
+
+
+@dataclass
+class Context:
+    """One request, authenticated: its tenant and the service."""
+
+    request: Request
+    service: Service
+    tenant: str
+    key_id: str | None = None
+
+    @property
+    def store(self) -> Store:
+        return self.service.store
+
+    def param(self, name: str) -> str:
+        value: str = self.request.path_params[name]
+        return value
+
+    async def json(self, type: type[T]) -> T:
+        return await json_body(self.request, type, self.service.limits.json_bytes)
+
+
+@dataclass(frozen=True)
+class Param:
+    """A query parameter, for the OpenAPI document."""
+
+    name: str
+    type: str = "string"
+    description: str = ""
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One row of the route table."""
+
+    method: str
+    path: str
+    handler: Callable[[Context], Awaitable[Response]]
+    summary: str
+    body: Any = None
+    """A struct type (JSON) or a media type string (raw body)."""
+    responses: dict[int, Any] = field(default_factory=dict)
+    """Status -> struct type, media type string, or None (no body)."""
+    query: tuple[Param, ...] = ()
+    public: bool = False
+    """Served without a key (health, metrics, the OpenAPI document)."""
+    if_match: bool = False
+    tag: str = "sessions"
+
+
+_LOOPBACK_V4 = ipaddress.ip_network("127.0.0.0/8")
+
+
+def _is_loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    try:
+        address = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return host == "localhost"
+    mapped = getattr(address, "ipv4_mapped", None)
+    if mapped is not None:
+        address = mapped
+    return address.is_loopback or address in _LOOPBACK_V4
+
+
+def _secret(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header:
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise HTTPError(401, "unauthorized", "use Authorization: Bearer <key>",
+                            {"WWW-Authenticate": "Bearer"})
+        return value.strip()
+    return request.headers.get("x-api-key")
+
+
+async def _authenticate(request: Request, service: Service) -> tuple[str, str | None]:
+    secret = _secret(request)
+    if secret is not None:
+        key = auth.cached(secret, service.key_cache)
+        if key is None:
+            key = await run(auth.lookup, service.store, secret, cache=service.key_cache)
+        if key is None:
+            raise HTTPError(401, "unauthorized", "unknown or revoked API key",
+                            {"WWW-Authenticate": "Bearer"})
+        return key.tenant, key.id
+    if await service.open_mode():
+        client = request.scope.get("client")
+        if not _is_loopback(client[0] if client else None):
+            raise HTTPError(403, "forbidden",
+                            "this server has no API keys and answers loopback clients only")
+        return DEFAULT_TENANT, None
+    raise HTTPError(401, "unauthorized", "an API key is required (Authorization: Bearer <key>)",
+                    {"WWW-Authenticate": "Bearer"})
+
+
+def error_response(exc: BaseException, request_id: str) -> Response:
+    status, body = error_body(exc, request_id)
+    headers = dict(exc.headers) if isinstance(exc, HTTPError) else {}
+    if status >= 500:
+        logger.error("request failed", exc_info=exc, extra={"request_id": request_id})
+    return Response(body, status_code=status, headers=headers, media_type=JSON_TYPE)
+
+
+def _endpoint(spec: Endpoint, service: Service) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        request.scope["chathistory.route"] = spec.path
+        try:
+            if spec.public:
+                tenant, key_id = DEFAULT_TENANT, None
+            else:
+                tenant, key_id = await _authenticate(request, service)
+            return await spec.handler(Context(request, service, tenant, key_id))
+        except Exception as exc:
+            return error_response(exc, request.scope.get("chathistory.request_id", "-"))
+
+    endpoint.__name__ = spec.handler.__name__
+    return endpoint
+
+
+_ID_PREFIX = uuid.uuid4().hex[:16]
+_id_counter = itertools.count(1)
+
+
+def _next_request_id() -> str:
+    """A request id unique across processes (random per process, then a counter):
+    no system call per request, unlike ``uuid4``."""
+    return f"{_ID_PREFIX}{next(_id_counter):016x}"
+
+
+class _Observe:
+    """Request id, access log, metrics, and a JSON 500 for anything that escaped."""
+
+    def __init__(self, app: ASGIApp, service: Service) -> None:
+        self.app, self.service = app, service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        request_id = ""
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                text = value.decode("latin-1")[:100]
+                if text.isprintable():
+                    request_id = text
+                break
+        request_id = request_id or _next_request_id()
+        scope["chathistory.request_id"] = request_id
+        header = (b"x-request-id", request_id.encode("latin-1"))
+        status = 500
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status, started
+            if message["type"] == "http.response.start":
+                started = True
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), header]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception as exc:
+            if started:
+                raise
+            response = error_response(exc, request_id)
+            await response(scope, receive, send_with_id)
+        finally:
+            seconds = time.perf_counter() - start
+            route = scope.get("chathistory.route", "unmatched")
+            self.service.metrics.observe(scope["method"], route, status, seconds)
+            access_log(request_id, scope["method"], route, scope["path"], status, seconds)
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    message = "no such route" if status == 404 else "method not allowed for this route"
+    kind = "not_found" if status == 404 else "method_not_allowed"
+    return error_response(HTTPError(status, kind, message),
+                          request.scope.get("chathistory.request_id", "-"))
+
+
+def create_app(store: Store, *, keys_required: bool = False,
+               asset_dir: str | Path = "chathistory-assets", limits: Limits | None = None,
+               key_cache_seconds: float = 5.0) -> Starlette:
+    """The v1 API over ``store``.
+
+    ``keys_required``: refuse requests without an API key even while no key
+    exists. Otherwise, while the store holds no key, requests without one are
+    served as tenant ``default`` and only from loopback clients.
+    ``asset_dir``: where uploaded attachments are kept (content-addressed).
+    ``key_cache_seconds``: how long an accepted key is trusted without reading
+    the store again (the delay before a revocation takes effect).
+    """
+    from .routes import ROUTES
+
+    service = Service(store, keys_required=keys_required, asset_dir=asset_dir,
+                      limits=limits or Limits(), key_cache_seconds=key_cache_seconds)
+    store.counter.count_text("warm up")  # loads a tokenizer's tables now, not on a request
+    routes = [Route(spec.path, _endpoint(spec, service), methods=[spec.method])
+              for spec in ROUTES]
+    app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_found})
+    app.state.service = service
+    app.add_middleware(_Observe, service=service)
+    return app

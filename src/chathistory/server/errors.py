@@ -1,0 +1,74 @@
+"""The one table from error classes to HTTP statuses, and the error body.
+
+Every error answer has the body
+``{"error": {"type": ..., "message": ..., "path": ...}}`` (``path`` for
+invalid input only) and the request's ``X-Request-ID``. A 404 says the same
+for "does not exist" and "belongs to another tenant": the store is keyed by
+tenant, so it cannot tell them apart either. An unexpected error answers 500
+with the request id only; its details go to the log.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..assets import AssetTooLarge
+from ..errors import ChatHistoryError, Conflict, InvalidMessage, MissingDependency, NotFound
+from ..window import ContextOverflow
+
+__all__ = ["STATUS", "HTTPError", "PreconditionFailed", "error_body", "status_of"]
+
+
+class HTTPError(ChatHistoryError):
+    """An answer decided by the HTTP layer itself (401, 413, 415, ...)."""
+
+    def __init__(self, status: int, type: str, message: str,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.type, self.message = status, type, message
+        self.headers = headers or {}
+
+
+class PreconditionFailed(Conflict):
+    """``If-Match`` named a version the session is no longer at."""
+
+
+STATUS: list[tuple[type[BaseException], int, str]] = [
+    # first match wins: subclasses before their bases
+    (InvalidMessage, 422, "invalid_message"),
+    (ContextOverflow, 422, "context_overflow"),
+    (NotFound, 404, "not_found"),
+    (PreconditionFailed, 412, "precondition_failed"),
+    (Conflict, 409, "conflict"),
+    (AssetTooLarge, 413, "payload_too_large"),
+    (MissingDependency, 501, "not_available"),
+    (ValueError, 400, "bad_request"),
+]
+"""Error class -> (status, type). Anything not listed is a 500."""
+
+
+def status_of(exc: BaseException) -> tuple[int, str]:
+    """The status and error type for ``exc``; (500, "internal") when unexpected."""
+    if isinstance(exc, HTTPError):
+        return exc.status, exc.type
+    for cls, status, kind in STATUS:
+        if isinstance(exc, cls):
+            return status, kind
+    return 500, "internal"
+
+
+def error_body(exc: BaseException, request_id: str) -> tuple[int, bytes]:
+    """The status and JSON body answering ``exc``."""
+    status, kind = status_of(exc)
+    error: dict[str, str] = {"type": kind}
+    if status == 500:
+        error["message"] = f"internal error; quote request id {request_id}"
+    elif isinstance(exc, InvalidMessage):
+        error["message"] = exc.reason
+        error["path"] = exc.path
+    elif isinstance(exc, HTTPError):
+        error["message"] = exc.message
+    else:
+        error["message"] = str(exc)
+    error["request_id"] = request_id
+    return status, msgspec.json.encode({"error": error})

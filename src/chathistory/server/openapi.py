@@ -1,0 +1,114 @@
+"""The OpenAPI 3.1 document, generated from the route table and the msgspec
+structs the routes decode and encode (``msgspec.json.schema_components``), so
+the document cannot drift from the code."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from .. import __version__
+from .app import Endpoint
+from .schema import RESPONSE_TYPES, ErrorBody
+
+__all__ = ["document", "document_json"]
+
+_REF = "#/components/schemas/{name}"
+_PATH_PARAM = re.compile(r"\{([a-z0-9_]+)\}")
+_ERRORS = {
+    "400": "Bad request (a query parameter, malformed JSON)",
+    "401": "No or unknown API key",
+    "404": "No such session, message or asset (for this tenant)",
+    "409": "Conflict with the session's state",
+    "412": "If-Match names a version the session is no longer at",
+    "413": "The body is too large",
+    "415": "Unsupported media type",
+    "422": "Invalid input; error.path names the field",
+}
+
+
+def _types(routes: Sequence[Endpoint]) -> list[Any]:
+    found: list[Any] = list(RESPONSE_TYPES)
+    for route in routes:
+        for candidate in (route.body, *route.responses.values()):
+            if candidate is not None and not isinstance(candidate, str) \
+                    and candidate not in found:
+                found.append(candidate)
+    return found
+
+
+def _content(kind: Any, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any]:
+    if isinstance(kind, str):
+        schema: dict[str, Any] = {"type": "string"}
+        if kind == "application/octet-stream":
+            schema["format"] = "binary"
+        return {kind: {"schema": schema}}
+    return {"application/json": {"schema": schemas[kind]}}
+
+
+def document(routes: Sequence[Endpoint]) -> dict[str, Any]:
+    """The OpenAPI document of ``routes`` as builtins."""
+    types = _types(routes)
+    refs, components = msgspec.json.schema_components(types, ref_template=_REF)
+    schemas = dict(zip(types, refs, strict=True))
+    session = components.get("Session")
+    if session is not None:  # the API's sessions are Session.to_dict(): versioned
+        session["properties"]["schema_version"] = {"type": "integer", "const": 1}
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        params: list[dict[str, Any]] = [
+            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+            for name in _PATH_PARAM.findall(route.path)]
+        params += [{"name": p.name, "in": "query", "required": p.required,
+                    "description": p.description, "schema": {"type": p.type}}
+                   for p in route.query]
+        if route.if_match:
+            params.append({"name": "If-Match", "in": "header", "required": False,
+                           "description": 'The session version the write expects, e.g. "3"',
+                           "schema": {"type": "string"}})
+        responses: dict[str, Any] = {}
+        for status, kind in route.responses.items():
+            entry: dict[str, Any] = {"description": "OK" if status < 300 else str(status)}
+            if kind is not None:
+                entry["content"] = _content(kind, schemas)
+            responses[str(status)] = entry
+        if not route.public:
+            for code, text in _ERRORS.items():
+                responses.setdefault(code, {
+                    "description": text,
+                    "content": {"application/json": {"schema": schemas[ErrorBody]}}})
+        operation: dict[str, Any] = {
+            "operationId": route.handler.__name__,
+            "summary": route.summary,
+            "tags": [route.tag],
+            "parameters": params,
+            "responses": responses,
+        }
+        if route.public:
+            operation["security"] = []
+        if route.body is not None:
+            operation["requestBody"] = {"required": True,
+                                        "content": _content(route.body, schemas)}
+        paths.setdefault(route.path, {})[route.method.lower()] = operation
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "chathistory", "version": __version__,
+                 "description": "Conversation history for LLM applications: sessions, "
+                                "messages, token windows, attachments."},
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+            },
+        },
+        "security": [{"bearer": []}, {"apiKey": []}],
+    }
+
+
+def document_json(routes: Sequence[Endpoint]) -> bytes:
+    return msgspec.json.encode(document(routes))

@@ -1,0 +1,104 @@
+"""The two routes that compose library parts (a reducer or the context window
+with ``Store.mark``), as plain sync functions over any ``Store``: the routes
+only decode the request and encode the answer.
+
+Both read the session's live messages (``range`` without marked ones), so their
+cost grows with what is live, plus a scan of the session's rows in stores
+that filter after reading.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import Conflict
+from ..model import KVStatus
+from ..reduce import MessageCountReducer, TokenBudgetReducer, TruncationReducer
+from ..reduce.base import Reducer
+from ..stores.base import Store
+from ..tokens import TokenCounter, get_counter
+from ..window import ContextWindow, WindowPlan
+from .errors import PreconditionFailed
+from .schema import ReduceBody, ReduceOut, WindowBody
+
+__all__ = ["WINDOW_STATE_KEY", "counter_for", "plan_window", "reduce_session"]
+
+WINDOW_STATE_KEY = "chathistory.window"
+"""Where ``plan_window`` keeps the window's layout in ``Session.state``."""
+
+
+def counter_for(store: Store, name: str | None) -> TokenCounter:
+    """The counter named ``name``: the store's own when it is that one (a name such
+    as ``approx:4`` that ``get_counter`` does not parse), else ``get_counter``'s."""
+    if name is None or name == store.counter.name:
+        return store.counter
+    return get_counter(name)
+
+
+def _reducer(body: ReduceBody, store: Store) -> Reducer:
+    if body.type == "truncation":
+        if body.target_count is None:
+            raise ValueError("a truncation reducer needs target_count")
+        return TruncationReducer(body.target_count, body.threshold_count,
+                                 keep_system=body.keep_system)
+    if body.type == "count":
+        if body.max_messages is None:
+            raise ValueError("a count reducer needs max_messages")
+        return MessageCountReducer(body.max_messages, keep_system=body.keep_system)
+    if body.max_tokens is None:
+        raise ValueError("a token_budget reducer needs max_tokens")
+    return TokenBudgetReducer(body.max_tokens, body.low_water_tokens,
+                              counter=counter_for(store, body.counter),
+                              keep_system=body.keep_system)
+
+
+def reduce_session(store: Store, tenant: str, session_id: str, body: ReduceBody) -> ReduceOut:
+    """Run a reducer over the session's live messages and mark what it removes
+    (non-destructive: marked messages stay in the store, hidden from reads)."""
+    reducer = _reducer(body, store)
+    live = store.range(session_id, tenant=tenant, include_marked=False)
+    reduced = reducer.reduce(live)
+    if reduced is None:
+        return ReduceOut(kept=[m.id for m in live], removed=[])
+    kept = {m.id for m in reduced}
+    removed = [m.id for m in live if m.id not in kept]
+    if removed:
+        store.mark(session_id, removed, KVStatus.MARKED, tenant=tenant)
+    return ReduceOut(kept=[m.id for m in reduced], removed=removed)
+
+
+def plan_window(store: Store, tenant: str, session_id: str, body: WindowBody,
+                expected_version: int | None = None) -> WindowPlan:
+    """This turn's ``WindowPlan`` for the session: the layout of the previous
+    turn comes from ``session.state["chathistory.window"]`` (so any server process
+    can plan the next turn), evicted messages are marked in the store, and the new
+    layout is saved with the session's version checked."""
+    session = store.get_session(session_id, tenant=tenant)
+    if expected_version is not None and session.version != expected_version:
+        raise PreconditionFailed(f"session {session_id!r} is at version {session.version}, "
+                                 f"not {expected_version}")
+    live = store.range(session_id, tenant=tenant, include_marked=False)
+    counter = counter_for(store, body.counter)
+    settings: dict[str, Any] = {
+        "max_tokens": body.max_tokens,
+        "low_water_tokens": body.low_water_tokens,
+        "pin_tokens": body.pin_tokens,
+        "counter": counter.name,
+        "keep_system": body.keep_system,
+    }
+    previous = session.state.get(WINDOW_STATE_KEY)
+    if (not isinstance(previous, dict) or any(previous.get(k) != settings[k] for k in
+                                              ("max_tokens", "counter", "keep_system"))):
+        previous = {}  # another window: its layout says nothing about this one
+    window = ContextWindow.from_dict({**previous, **settings}, live, counter)
+    plan = window.plan(live)
+    state = {**session.state, WINDOW_STATE_KEY: window.to_dict()}
+    try:
+        store.update_session(session_id, tenant=tenant, state=state,
+                             expected_version=session.version)
+    except Conflict:
+        raise Conflict(f"session {session_id!r} changed while its window was planned; "
+                       "plan again") from None
+    if plan.evicted_ids:
+        store.mark(session_id, plan.evicted_ids, KVStatus.MARKED, tenant=tenant)
+    return plan

@@ -1,0 +1,63 @@
+"""The route table: every route of the API, in one list (``ROUTES``), plus the
+routes that serve the process itself (health, readiness, metrics, OpenAPI)."""
+
+from __future__ import annotations
+
+from starlette.responses import Response
+
+from ..errors import NotFound
+from . import routes_assets, routes_messages, routes_sessions
+from .app import Context, Endpoint, run
+from .errors import HTTPError
+from .schema import Health
+from .wire import JSON_TYPE, json_response
+
+__all__ = ["ROUTES"]
+
+
+async def healthz(ctx: Context) -> Response:
+    return json_response(Health("ok"))
+
+
+async def readyz(ctx: Context) -> Response:
+    try:  # a read of a session that cannot exist: one round trip to the store
+        await run(ctx.store.get_session, "__readyz__", tenant="__health__")
+    except NotFound:
+        return json_response(Health("ready"))
+    except Exception as exc:
+        raise HTTPError(503, "unavailable", f"the store is unreachable: {type(exc).__name__}"
+                        ) from None
+    return json_response(Health("ready"))
+
+
+async def metrics(ctx: Context) -> Response:
+    service = ctx.service
+    body = await run(service.metrics.render)
+    return Response(body, media_type=service.metrics.content_type)
+
+
+_document: bytes | None = None
+
+
+async def openapi(ctx: Context) -> Response:
+    global _document
+    if _document is None:
+        from .openapi import document_json
+
+        _document = document_json(ROUTES)
+    return Response(_document, media_type=JSON_TYPE)
+
+
+SYSTEM = [
+    Endpoint("GET", "/healthz", healthz, "The process is up", responses={200: Health},
+             public=True, tag="system"),
+    Endpoint("GET", "/readyz", readyz, "The store answers", responses={200: Health},
+             public=True, tag="system"),
+    Endpoint("GET", "/metrics", metrics, "Prometheus metrics (no tenant labels)",
+             responses={200: "text/plain"}, public=True, tag="system"),
+    Endpoint("GET", "/openapi.json", openapi, "This API's OpenAPI 3.1 document",
+             responses={200: "application/json"}, public=True, tag="system"),
+]
+
+ROUTES: list[Endpoint] = [*SYSTEM, *routes_sessions.ROUTES, *routes_messages.ROUTES,
+                          *routes_assets.ROUTES]

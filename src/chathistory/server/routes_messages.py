@@ -1,0 +1,212 @@
+"""Routes on a session's messages: append, read (tail, token window, range, in a
+provider's format), context, one message, pop, clear, mark, reduce, window."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from starlette.responses import Response
+
+from ..errors import InvalidMessage, NotFound
+from ..model import Attachment, KVStatus, Message
+from ..window import WindowPlan
+from .app import Context, Endpoint, Param, run
+from .errors import HTTPError
+from .ops import counter_for, plan_window, reduce_session
+from .routes_sessions import SESSION, guarded
+from .schema import (
+    MAX_PARTS_PER_MESSAGE,
+    AppendBody,
+    MarkBody,
+    MarkOut,
+    MessagesOut,
+    PopOut,
+    ReduceBody,
+    ReduceOut,
+    VersionOut,
+    WindowBody,
+)
+from .wire import etag, if_match, json_response, query_bool, query_int, rerooted
+
+__all__ = ["FORMATS", "ROUTES"]
+
+MESSAGES = SESSION + "/messages"
+FORMATS = {
+    "openai_chat": ("openai_chat", "to_openai_chat", "messages"),
+    "openai_responses": ("openai_responses", "to_openai_responses", "input"),
+    "anthropic": ("anthropic", "to_anthropic", None),
+    "gemini": ("gemini", "to_gemini", None),
+}
+"""``?format=`` -> (module of chathistory.formats, function, key wrapping a list answer)."""
+
+
+async def append(ctx: Context) -> Response:
+    sid = ctx.param("session_id")
+    expected = if_match(ctx.request)
+    body = await ctx.json(AppendBody)
+    for i, message in enumerate(body.messages):
+        if len(message.parts) > MAX_PARTS_PER_MESSAGE:
+            raise InvalidMessage(f"a message may have at most {MAX_PARTS_PER_MESSAGE} parts",
+                                 f"$.messages[{i}].parts")
+        message.token_counts = None  # counts are the server's to make, never the client's
+    try:
+        version = await guarded(ctx, sid, expected, ctx.store.append, sid, body.messages,
+                                tenant=ctx.tenant, state=body.state,
+                                reject_orphans=body.reject_orphans)
+    except InvalidMessage as exc:
+        raise rerooted(exc, "$.messages") from None
+    return json_response(VersionOut(version), headers=etag(version))
+
+
+def _exactly_one_selector(ctx: Context) -> str:
+    params = ctx.request.query_params
+    given = [name for name in ("tail", "max_tokens", "start") if params.get(name)]
+    if params.get("stop") and "start" not in given:
+        given.append("start")
+    if len(given) != 1:
+        raise ValueError("give exactly one selector: tail=N, max_tokens=N, or start=I[&stop=J]")
+    return given[0]
+
+
+async def read_messages(ctx: Context) -> Response:
+    sid = ctx.param("session_id")
+    request = ctx.request
+    params = request.query_params
+    selector = _exactly_one_selector(ctx)
+    if selector == "max_tokens":
+        if "include_marked" in params:
+            raise ValueError("include_marked does not apply to max_tokens (marked messages "
+                             "never count toward a window)")
+        max_tokens = query_int(request, "max_tokens")
+        counter = counter_for(ctx.store, params.get("counter") or None)
+        messages = await run(ctx.store.window, sid, max_tokens or 0, counter,
+                             tenant=ctx.tenant, keep_system=query_bool(request, "keep_system"))
+    else:
+        for name in ("counter", "keep_system"):
+            if name in params:
+                raise ValueError(f"{name} applies to max_tokens only")
+        if selector == "tail":
+            messages = await run(ctx.store.tail, sid, query_int(request, "tail") or 0,
+                                 tenant=ctx.tenant,
+                                 include_marked=query_bool(request, "include_marked"))
+        else:
+            start = query_int(request, "start", 0)
+            messages = await run(ctx.store.range, sid, start or 0, query_int(request, "stop"),
+                                 tenant=ctx.tenant,
+                                 include_marked=query_bool(request, "include_marked", True))
+    fmt = params.get("format")
+    if fmt:
+        return json_response(await _formatted(ctx, fmt, messages))
+    return json_response(MessagesOut(messages))
+
+
+async def _formatted(ctx: Context, fmt: str, messages: list[Message]) -> Any:
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")
+    module_name, function, key = FORMATS[fmt]
+    try:
+        module = importlib.import_module(f"chathistory.formats.{module_name}")
+        convert = getattr(module, function)
+    except (ImportError, AttributeError):
+        raise HTTPError(400, "bad_request", "format not available") from None
+    store, assets, tenant = ctx.store, ctx.service.assets, ctx.tenant
+
+    def resolver(attachment: Attachment) -> bytes:
+        if assets.info(tenant, attachment.sha256) is not None:
+            return assets.get(tenant, attachment.sha256)
+        return store.get_asset(attachment.sha256, tenant=tenant)
+
+    def build() -> Any:
+        try:
+            return convert(messages, resolver=resolver)
+        except NotFound as exc:  # an attachment whose bytes are gone
+            raise InvalidMessage(str(exc), "$.attachment") from None
+
+    payload = await run(build)
+    return {key: payload} if key is not None and isinstance(payload, list) else payload
+
+
+async def context(ctx: Context) -> Response:
+    head = query_int(ctx.request, "head", 0) or 0
+    tail = query_int(ctx.request, "tail", 0) or 0
+    messages = await run(ctx.store.context, ctx.param("session_id"), head, tail,
+                         tenant=ctx.tenant)
+    return json_response(MessagesOut(messages))
+
+
+async def get_message(ctx: Context) -> Response:
+    message = await run(ctx.store.get, ctx.param("session_id"), ctx.param("message_id"),
+                        tenant=ctx.tenant)
+    return json_response(message)
+
+
+async def pop(ctx: Context) -> Response:
+    sid = ctx.param("session_id")
+    expected = if_match(ctx.request)
+    message = await guarded(ctx, sid, expected, ctx.store.pop, sid, tenant=ctx.tenant)
+    return json_response(PopOut(message))
+
+
+async def clear(ctx: Context) -> Response:
+    version = await run(ctx.store.clear, ctx.param("session_id"), tenant=ctx.tenant)
+    return json_response(VersionOut(version), headers=etag(version))
+
+
+async def mark(ctx: Context) -> Response:
+    body = await ctx.json(MarkBody)
+    changed = await run(ctx.store.mark, ctx.param("session_id"), body.ids,
+                        KVStatus(body.status), tenant=ctx.tenant)
+    return json_response(MarkOut(changed))
+
+
+async def reduce(ctx: Context) -> Response:
+    body = await ctx.json(ReduceBody)
+    return json_response(await run(reduce_session, ctx.store, ctx.tenant,
+                                   ctx.param("session_id"), body))
+
+
+async def window(ctx: Context) -> Response:
+    expected = if_match(ctx.request)
+    body = await ctx.json(WindowBody)
+    plan = await run(plan_window, ctx.store, ctx.tenant, ctx.param("session_id"), body,
+                     expected)
+    return json_response(plan)
+
+
+_SELECTORS = (
+    Param("tail", "integer", "the newest N messages, widened to whole groups"),
+    Param("max_tokens", "integer", "the newest messages within N tokens (reply priming "
+          "included), whole groups only"),
+    Param("counter", description="with max_tokens: the tokenizer (default: the store's)"),
+    Param("keep_system", "boolean", "with max_tokens: keep system and developer messages"),
+    Param("start", "integer", "messages at positions start..stop (0 = oldest)"),
+    Param("stop", "integer", "with start: the end position (exclusive)"),
+    Param("include_marked", "boolean", "with tail or start: include marked messages"),
+    Param("format", description="openai_chat | openai_responses | anthropic | gemini: "
+          "answer in that provider's request shape"),
+)
+
+ROUTES = [
+    Endpoint("POST", MESSAGES, append, "Append messages (atomic; idempotent by message id)",
+             body=AppendBody, responses={200: VersionOut}, if_match=True),
+    Endpoint("GET", MESSAGES, read_messages, "Read messages with exactly one selector",
+             responses={200: MessagesOut}, query=_SELECTORS),
+    Endpoint("DELETE", MESSAGES, clear, "Remove every message", responses={200: VersionOut}),
+    Endpoint("GET", SESSION + "/context", context,
+             "The first head positions, system/developer messages and the newest tail",
+             responses={200: MessagesOut},
+             query=(Param("head", "integer"), Param("tail", "integer"))),
+    Endpoint("GET", MESSAGES + "/{message_id}", get_message, "Read one message",
+             responses={200: Message}),
+    Endpoint("POST", SESSION + "/pop", pop, "Remove and return the newest message",
+             responses={200: PopOut}, if_match=True),
+    Endpoint("POST", SESSION + "/mark", mark, "Set the KV status of messages (whole groups)",
+             body=MarkBody, responses={200: MarkOut}),
+    Endpoint("POST", SESSION + "/reduce", reduce,
+             "Run a reducer and mark what it removes (nothing is deleted)",
+             body=ReduceBody, responses={200: ReduceOut}),
+    Endpoint("POST", SESSION + "/window", window,
+             "Plan this turn's context window; evicted messages are marked",
+             body=WindowBody, responses={200: WindowPlan}, if_match=True),
+]

@@ -1,0 +1,145 @@
+"""Routes on sessions: create, list, read, update, delete, fork, edit, lineage."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import msgspec
+from starlette.responses import Response
+
+from ..errors import Conflict, InvalidMessage
+from ..stores.model import Session
+from .app import Context, Endpoint, Param, run
+from .errors import PreconditionFailed
+from .schema import CreateSessionBody, EditBody, ForkBody, SessionPage, UpdateSessionBody
+from .wire import (
+    JSON_TYPE,
+    encode_session,
+    if_match,
+    query_bool,
+    query_int,
+    query_json_value,
+    session_response,
+)
+
+__all__ = ["ROUTES", "guarded"]
+
+T = TypeVar("T")
+SESSION = "/v1/sessions/{session_id}"
+
+
+async def guarded(ctx: Context, session_id: str, expected: int | None,
+                  fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a write with ``expected_version``; a conflict because the session moved
+    past the ``If-Match`` version is a 412, any other conflict a 409."""
+    try:
+        return await run(fn, *args, expected_version=expected, **kwargs)
+    except Conflict as exc:
+        if expected is not None:
+            current = await run(ctx.store.get_session, session_id, tenant=ctx.tenant)
+            if current.version != expected:
+                raise PreconditionFailed(str(exc)) from None
+        raise
+
+
+def _sessions_json(sessions: list[Session]) -> bytes:
+    return b"[" + b",".join(encode_session(s) for s in sessions) + b"]"
+
+
+async def create_session(ctx: Context) -> Response:
+    body = await ctx.json(CreateSessionBody)
+    session = await run(ctx.store.create_session, body.id, tenant=ctx.tenant, user=body.user,
+                        metadata=body.metadata, state=body.state, ttl=body.ttl_seconds)
+    response = session_response(session, 201)
+    response.headers["Location"] = f"/v1/sessions/{session.id}"
+    return response
+
+
+async def list_sessions(ctx: Context) -> Response:
+    request = ctx.request
+    limit = query_int(request, "limit", 50, low=1, high=1000)
+    assert limit is not None
+    metadata = {k[len("metadata."):]: query_json_value(v)
+                for k, v in request.query_params.multi_items() if k.startswith("metadata.")}
+    page = await run(ctx.store.list_sessions, tenant=ctx.tenant,
+                     user=request.query_params.get("user"), metadata=metadata or None,
+                     limit=limit, cursor=request.query_params.get("cursor") or None)
+    cursor = b"null" if page.next_cursor is None else _quote(page.next_cursor)
+    return Response(b'{"items":' + _sessions_json(page.items) + b',"next_cursor":' + cursor
+                    + b"}", media_type=JSON_TYPE)
+
+
+def _quote(text: str) -> bytes:
+    return msgspec.json.encode(text)
+
+
+async def get_session(ctx: Context) -> Response:
+    return session_response(await run(ctx.store.get_session, ctx.param("session_id"),
+                                       tenant=ctx.tenant))
+
+
+async def update_session(ctx: Context) -> Response:
+    sid = ctx.param("session_id")
+    expected = if_match(ctx.request)
+    body = await ctx.json(UpdateSessionBody)
+    session = await guarded(ctx, sid, expected, ctx.store.update_session, sid,
+                            tenant=ctx.tenant, metadata=body.metadata, state=body.state,
+                            ttl=body.ttl_seconds)
+    return session_response(session)
+
+
+async def delete_session(ctx: Context) -> Response:
+    cascade = query_bool(ctx.request, "cascade")
+    await run(ctx.store.delete_session, ctx.param("session_id"), tenant=ctx.tenant,
+              cascade=cascade)
+    return Response(status_code=204)
+
+
+async def fork_session(ctx: Context) -> Response:
+    body = await ctx.json(ForkBody)
+    session = await run(ctx.store.fork, ctx.param("session_id"), body.at_message_id,
+                        tenant=ctx.tenant, new_session_id=body.new_session_id)
+    return session_response(session, 201)
+
+
+async def edit_session(ctx: Context) -> Response:
+    body = await ctx.json(EditBody)
+    body.message.token_counts = None  # counts are the server's to make
+    try:
+        session = await run(ctx.store.edit, ctx.param("session_id"), body.message_id,
+                            body.message, tenant=ctx.tenant)
+    except InvalidMessage as exc:
+        raise exc.under("$.message") if exc.path.startswith("$.") else exc from None
+    return session_response(session, 201)
+
+
+async def lineage(ctx: Context) -> Response:
+    sessions = await run(ctx.store.lineage, ctx.param("session_id"), tenant=ctx.tenant)
+    return Response(_sessions_json(sessions), media_type=JSON_TYPE)
+
+
+ROUTES = [
+    Endpoint("POST", "/v1/sessions", create_session, "Create a session", body=CreateSessionBody,
+             responses={201: Session}),
+    Endpoint("GET", "/v1/sessions", list_sessions, "List sessions, oldest first",
+             responses={200: SessionPage},
+             query=(Param("limit", "integer", "1 to 1000 (default 50)"),
+                    Param("cursor", description="next_cursor of the previous page"),
+                    Param("user", description="only this user's sessions"),
+                    Param("metadata.{key}", description="only sessions whose metadata has "
+                          "this value (JSON, or a plain string)"))),
+    Endpoint("GET", SESSION, get_session, "Read a session", responses={200: Session}),
+    Endpoint("PATCH", SESSION, update_session, "Replace metadata, state or TTL",
+             body=UpdateSessionBody, responses={200: Session}, if_match=True),
+    Endpoint("DELETE", SESSION, delete_session, "Delete a session and its messages",
+             responses={204: None},
+             query=(Param("cascade", "boolean", "also delete its forks"),)),
+    Endpoint("POST", SESSION + "/fork", fork_session, "Fork a session (sharing its prefix)",
+             body=ForkBody, responses={201: Session}),
+    Endpoint("POST", SESSION + "/edit", edit_session,
+             "Edit an earlier message: a branch that continues with the new message",
+             body=EditBody, responses={201: Session}),
+    Endpoint("GET", SESSION + "/lineage", lineage, "Every branch of the session's tree",
+             responses={200: list[Session]}),
+]

@@ -1,0 +1,166 @@
+"""Reading requests and writing answers: bodies under a size limit, JSON decoded
+with msgspec into the API's structs (bad input -> the path of the field),
+query parameters, ``If-Match`` and ``ETag``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..errors import InvalidMessage
+from ..model.codec import _invalid
+from ..stores.model import Session
+from .errors import HTTPError
+
+__all__ = [
+    "JSON_TYPE",
+    "decode_json",
+    "encode_session",
+    "etag",
+    "if_match",
+    "json_response",
+    "query_bool",
+    "query_int",
+    "read_body",
+    "session_response",
+]
+
+T = TypeVar("T")
+JSON_TYPE = "application/json"
+_encoder = msgspec.json.Encoder()
+_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+
+def too_large(limit: int) -> HTTPError:
+    return HTTPError(413, "payload_too_large", f"the request body is over {limit} bytes")
+
+
+def check_json_type(request: Request) -> None:
+    """415 unless the body is declared JSON (or not declared at all)."""
+    declared = request.headers.get("content-type")
+    if declared is None:
+        return
+    media = declared.split(";")[0].strip().lower()
+    if media != JSON_TYPE and not media.endswith("+json"):
+        raise HTTPError(415, "unsupported_media_type",
+                        f"send {JSON_TYPE}, not {media or 'an empty content type'}")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, or 413 as soon as it passes ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def decode_json(body: bytes, type: type[T]) -> T:
+    """``body`` decoded into ``type``: 400 for bytes that are not JSON (malformed,
+    not UTF-8, nested too deeply), 422 with the path for a wrong field."""
+    decoder = _decoders.get(type)
+    if decoder is None:
+        decoder = _decoders[type] = msgspec.json.Decoder(type)
+    if not body.strip():
+        raise HTTPError(400, "invalid_json", "the request needs a JSON body")
+    try:
+        value: T = decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise _invalid(exc) from None
+    except msgspec.DecodeError as exc:
+        raise HTTPError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise HTTPError(400, "invalid_json", "the JSON is nested too deeply") from None
+    except UnicodeDecodeError:
+        raise HTTPError(400, "invalid_json", "the body is not valid UTF-8") from None
+    return value
+
+
+async def json_body(request: Request, type: type[T], limit: int) -> T:
+    """Check the content type, read under ``limit``, decode into ``type``."""
+    check_json_type(request)
+    return decode_json(await read_body(request, limit), type)
+
+
+def json_response(value: Any, status: int = 200, headers: Mapping[str, str] | None = None
+                  ) -> Response:
+    return Response(_encoder.encode(value), status_code=status, headers=headers,
+                    media_type=JSON_TYPE)
+
+
+def encode_session(session: Session) -> bytes:
+    """``Session.to_dict()`` as JSON (schema_version first), without the detour via dicts."""
+    return b'{"schema_version":1,' + _encoder.encode(session)[1:]
+
+
+def etag(version: int) -> dict[str, str]:
+    return {"ETag": f'"{version}"'}
+
+
+def session_response(session: Session, status: int = 200) -> Response:
+    return Response(encode_session(session), status_code=status, headers=etag(session.version),
+                    media_type=JSON_TYPE)
+
+
+def if_match(request: Request) -> int | None:
+    """The version named by ``If-Match`` (``"3"``, ``W/"3"`` or ``3``); None without one."""
+    raw = request.headers.get("if-match")
+    if raw is None or raw.strip() == "*":
+        return None
+    text = raw.strip()
+    if text.startswith("W/"):
+        text = text[2:]
+    text = text.strip('"')
+    if not text.isdigit() or len(text) > 18:
+        raise HTTPError(400, "bad_request", "If-Match must be a session version, e.g. \"3\"")
+    return int(text)
+
+
+def query_int(request: Request, name: str, default: int | None = None, *, low: int = 0,
+              high: int = 2**53) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"query parameter {name} must be an integer") from None
+    if not low <= value <= high:
+        raise ValueError(f"query parameter {name} must be between {low} and {high}")
+    return value
+
+
+def query_bool(request: Request, name: str, default: bool = False) -> bool:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    lowered = raw.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"query parameter {name} must be true or false")
+
+
+def query_json_value(raw: str) -> Any:
+    """A ``metadata.<k>=`` filter value: JSON when it parses (``true``, ``3``,
+    ``"x"``), else the string itself."""
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        return raw
+
+
+def rerooted(exc: InvalidMessage, prefix: str) -> InvalidMessage:
+    """An engine error about ``$[i]...`` re-rooted below the body's field ``prefix``."""
+    return exc.under(prefix) if exc.path.startswith("$[") else exc

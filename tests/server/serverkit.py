@@ -1,0 +1,136 @@
+"""What the service tests share: a real uvicorn server on a loopback port (in a
+thread of the test process), servers over real stores with keys of two tenants,
+and message builders. (A module of its own: test modules importing ``conftest``
+would find another directory's.)"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from chathistory import Message
+from chathistory.server import auth
+from chathistory.server.app import create_app
+from chathistory.stores import BaseStore, MemoryStore
+
+
+class LiveServer:
+    """``app`` served by uvicorn on 127.0.0.1 (a free port) until ``stop()``."""
+
+    def __init__(self, app: Any, *, limit_concurrency: int | None = None) -> None:
+        self.app = app
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                limit_concurrency=limit_concurrency)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       daemon=True)
+
+    def start(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+PG_URL = os.environ.get("CHATHISTORY_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+KEY_CACHE_SECONDS = 0.2
+
+
+def make_store(kind: str, tmp: Path) -> BaseStore:
+    if kind == "memory":
+        return MemoryStore(counter="approx")
+    if kind == "sqlite":
+        from chathistory.stores.sqlite import SQLiteStore
+
+        return SQLiteStore(tmp / "server.db", counter="approx")
+    try:
+        from chathistory.stores.postgres import PostgresStore
+
+        return PostgresStore(PG_URL, counter="approx", schema=f"srv_{uuid.uuid4().hex[:12]}",
+                             drop_schema_on_close=True)
+    except ImportError:
+        raise
+    except Exception as exc:
+        message = f"PostgreSQL unreachable: {exc}"
+        if IN_CI:
+            pytest.fail(f"{message} (CI=true: server backends must be tested)")
+        pytest.skip(message)
+        raise
+
+
+@dataclass
+class Served:
+    """A running server and what tests need of it."""
+
+    kind: str
+    server: LiveServer
+    store: BaseStore
+    asset_dir: Path
+    keys: dict[str, str]  # tenant -> secret
+    key_ids: dict[str, str]
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def client(self, tenant: str | None = "A", **headers: str) -> httpx.Client:
+        if tenant is not None:
+            headers["Authorization"] = f"Bearer {self.keys[tenant]}"
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def new_session(self, client: httpx.Client, **body: Any) -> str:
+        sid = body.pop("id", None) or f"s-{uuid.uuid4().hex[:12]}"
+        response = client.post("/v1/sessions", json={"id": sid, **body})
+        assert response.status_code == 201, response.text
+        return sid
+
+
+def serve(kind: str, tmp: Path, **options: Any) -> Served:
+    store = make_store(kind, tmp)
+    keys: dict[str, str] = {}
+    key_ids: dict[str, str] = {}
+    for tenant in ("A", "B"):
+        key_ids[tenant], keys[tenant] = auth.create_key(store, tenant, f"key of {tenant}")
+    options.setdefault("keys_required", True)
+    options.setdefault("key_cache_seconds", KEY_CACHE_SECONDS)
+    app = create_app(store, asset_dir=tmp / "assets", **options)
+    return Served(kind, LiveServer(app).start(), store, tmp / "assets", keys, key_ids)
+
+
+def messages(*texts: str) -> list[dict[str, Any]]:
+    """User/assistant turns as API dicts."""
+    return [(Message.user if i % 2 == 0 else Message.assistant)(t).to_dict()
+            for i, t in enumerate(texts)]
+
+
+def tool_turn(i: int) -> list[dict[str, Any]]:
+    return [m.to_dict() for m in (
+        Message.user(f"q{i}"),
+        Message.assistant("", [{"id": f"c{i}", "name": "f", "arguments": {"i": i}}]),
+        Message.tool_result(f"c{i}", f"r{i}"),
+        Message.assistant(f"a{i}"),
+    )]

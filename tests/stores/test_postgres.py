@@ -1,0 +1,342 @@
+"""PostgreSQL-specific tests: migrations, a partitioned schema, writers in several
+processes, and query plans that stay on indexes.
+
+The whole conformance suite runs a second time here, on a schema whose messages
+table is hash-partitioned (the ``store`` fixture below overrides conftest's for
+this module only).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import test_conformance as conformance
+
+from chathistory import Message
+from chathistory.stores import open_store
+
+psycopg = pytest.importorskip("psycopg")
+from chathistory.stores.postgres import MIGRATIONS, PostgresStore, migrate  # noqa: E402
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+PG_URL = os.environ.get("CHATHISTORY_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+
+for _name in dir(conformance):  # the conformance suite again, on a partitioned schema
+    if _name.startswith("test_"):
+        globals()[f"{_name}_partitioned"] = getattr(conformance, _name)
+
+
+def _schema() -> str:
+    return f"t_{uuid.uuid4().hex[:12]}"
+
+
+def _store(**options: Any) -> PostgresStore:
+    try:
+        return PostgresStore(PG_URL, counter="approx", **options)
+    except psycopg.OperationalError as exc:
+        if IN_CI:
+            pytest.fail(f"PostgreSQL unreachable: {exc} (CI=true: server backends must be tested)")
+        pytest.skip(f"PostgreSQL unreachable: {exc}")
+
+
+@pytest.fixture
+def store() -> Iterator[PostgresStore]:
+    s = _store(schema=_schema(), partitions=4, drop_schema_on_close=True)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def conn() -> Iterator[Any]:
+    _store(schema=_schema(), drop_schema_on_close=True).close()  # skips when unreachable
+    with psycopg.connect(PG_URL, autocommit=True) as c:
+        yield c
+
+
+# ---------------------------------------------------------------- schema
+
+
+def _primary_keys(conn: Any, schema: str) -> dict[str, list[str]]:
+    rows = conn.execute(
+        "SELECT c.relname, a.attname FROM pg_index i "
+        "JOIN pg_class c ON c.oid = i.indrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, pos) "
+        "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum "
+        "WHERE n.nspname = %s AND i.indisprimary AND c.relkind IN ('r', 'p') "
+        "AND NOT c.relispartition ORDER BY c.relname, k.pos", (schema,)).fetchall()
+    out: dict[str, list[str]] = {}
+    for table, column in rows:
+        out.setdefault(table, []).append(column)
+    return out
+
+
+def test_migrate_an_empty_schema(conn: Any) -> None:
+    schema = _schema()
+    try:
+        assert migrate(conn, schema) == [name for name, _ in MIGRATIONS]
+        assert migrate(conn, schema) == []  # applied once, recorded
+        recorded = [r[0] for r in conn.execute(f"SELECT name FROM {schema}.migrations")]
+        assert recorded == [name for name, _ in MIGRATIONS]
+        keys = _primary_keys(conn, schema)
+        assert keys == {
+            "asset_refs": ["tenant", "session_id", "sha256"],
+            "assets": ["tenant", "sha256"],
+            "calls": ["tenant", "session_id", "call_id"],
+            "kept": ["tenant", "session_id", "seq"],
+            "message_ids": ["tenant", "session_id", "id"],
+            "messages": ["tenant", "session_id", "seq"],
+            "migrations": ["name"],
+            "overrides": ["tenant", "session_id", "seq"],
+            "sessions": ["tenant", "session_id"],
+        }
+        indexes: dict[str, list[str]] = {}
+        for table, index in conn.execute(
+                "SELECT tablename, indexname FROM pg_indexes WHERE schemaname = %s", (schema,)):
+            indexes.setdefault(table, []).append(index)
+        # one index per per-message table (plans never depend on statistics)
+        for table in ("messages", "message_ids", "calls", "kept", "overrides"):
+            assert indexes[table] == [f"{table}_pkey"]
+        assert sorted(indexes["sessions"]) == [
+            "sessions_by_created", "sessions_by_expiry", "sessions_by_parent", "sessions_by_root",
+            "sessions_by_user", "sessions_pkey"]
+        assert sorted(indexes["asset_refs"]) == ["asset_refs_by_sha", "asset_refs_pkey"]
+        types = dict(conn.execute(
+            "SELECT table_name || '.' || column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = %s", (schema,)).fetchall())
+        assert types["messages.data"] == "bytea" and types["sessions.payload"] == "json"
+    finally:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def _migrate_in_child(schema: str) -> list[str]:
+    with psycopg.connect(PG_URL, autocommit=True) as c:
+        return migrate(c, schema)
+
+
+def test_concurrent_first_migration(conn: Any) -> None:
+    schema = _schema()
+    try:
+        with multiprocessing.get_context("spawn").Pool(6) as pool:
+            results = pool.map(_migrate_in_child, [schema] * 6)
+        assert sorted(len(r) for r in results) == [0] * 5 + [len(MIGRATIONS)]
+        count = conn.execute(f"SELECT count(*) FROM {schema}.migrations").fetchone()[0]
+        assert count == len(MIGRATIONS)
+    finally:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def test_partitioned_messages(store: PostgresStore) -> None:
+    with psycopg.connect(PG_URL) as c:
+        strategy = c.execute(
+            "SELECT p.partstrat, p.partnatts FROM pg_partitioned_table p "
+            "JOIN pg_class c ON c.oid = p.partrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = 'messages'", (store.schema,)).fetchone()
+        assert strategy == ("h", 2)
+        parts = c.execute("SELECT count(*) FROM pg_inherits WHERE inhparent = %s::regclass",
+                          (f"{store.schema}.messages",)).fetchone()[0]
+        assert parts == 4
+    for i in range(8):  # sessions land in different partitions and read back alone
+        store.create_session(f"s{i}", tenant=f"t{i % 3}")
+        store.append(f"s{i}", [Message.user(f"hello {i}")], tenant=f"t{i % 3}")
+    assert [m.text for m in store.tail("s5", 5, tenant="t2")] == ["hello 5"]
+
+
+# ---------------------------------------------------------------- connecting
+
+
+def test_from_url_and_open_store() -> None:
+    schema = _schema()
+    _store(schema=schema, drop_schema_on_close=True).close()  # skips when unreachable
+    sep = "&" if "?" in PG_URL else "?"
+    s = PostgresStore.from_url(f"{PG_URL}{sep}schema={schema}&pool_size=2",
+                               drop_schema_on_close=True)
+    try:
+        assert s.schema == schema and s._pool.max_size == 2
+        s.create_session("x")
+        other = open_store(f"{PG_URL}{sep}schema={schema}", counter="approx")
+        assert isinstance(other, PostgresStore) and other.get_session("x").id == "x"
+        other.close()
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("bad", ["", "Upper", "a-b", 'x"; DROP TABLE y; --', "1abc", "a" * 64])
+def test_schema_names_are_validated(bad: str) -> None:
+    with pytest.raises(ValueError, match="schema must match"):
+        PostgresStore("postgresql://nobody@127.0.0.1:1/none", schema=bad)
+
+
+def test_unreachable_server_fails_promptly() -> None:
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(psycopg.OperationalError):
+            PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/test")
+        assert time.monotonic() - started < 10
+
+
+# ---------------------------------------------------------------- many processes
+
+WRITERS, APPENDS = 8, 15
+
+
+def _writer(schema: str, w: int) -> list[int]:
+    s = PostgresStore(PG_URL, counter="approx", schema=schema, pool_size=1)
+    versions = []
+    try:
+        for k in range(APPENDS):
+            batch = [Message.user(f"w{w} k{k}"), Message.assistant(f"w{w} k{k} reply")]
+            versions.append(s.append("shared", batch))
+            assert s.append("shared", batch) == versions[-1]  # a retry: nothing twice
+    finally:
+        s.close()
+    return versions
+
+
+def test_writers_in_many_processes() -> None:
+    s = _store(schema=_schema(), drop_schema_on_close=True)
+    try:
+        s.create_session("shared")
+        with multiprocessing.get_context("spawn").Pool(WRITERS) as pool:
+            results = pool.starmap(_writer, [(s.schema, w) for w in range(WRITERS)])
+        total = WRITERS * APPENDS
+        assert sorted(v for r in results for v in r) == list(range(1, total + 1))
+        for versions in results:
+            assert versions == sorted(versions)
+        stored = s.range("shared")
+        assert len(stored) == 2 * total == len({m.id for m in stored})
+        for w in range(WRITERS):  # each writer's order kept, each batch adjacent
+            mine = [m.text for m in stored if m.text.startswith(f"w{w} ")]
+            assert mine == [t for k in range(APPENDS) for t in (f"w{w} k{k}", f"w{w} k{k} reply")]
+        session = s.get_session("shared")
+        assert session.version == total and session.message_count == 2 * total
+        with psycopg.connect(PG_URL) as c:
+            rows = c.execute(f"SELECT seq, version, tokens, cum_before FROM {s.schema}.messages "
+                             "ORDER BY seq").fetchall()
+        assert [r[0] for r in rows] == list(range(2 * total))
+        assert [r[1] for r in rows] == [v for v in range(1, total + 1) for _ in range(2)]
+        cum = 0
+        for _, _, tokens, cum_before in rows:
+            assert cum_before == cum
+            cum += tokens
+        assert session.token_count == cum
+    finally:
+        s.close()
+
+
+# ---------------------------------------------------------------- query plans
+
+
+def _plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+def _positional(sql: str, params: Any) -> tuple[str, list[Any]]:
+    """``sql`` with ``$n`` placeholders (for PREPARE) and its parameters in order."""
+    if isinstance(params, dict):
+        names = list(params)
+        for i, name in enumerate(names, 1):
+            sql = sql.replace(f"%({name})s", f"${i}")
+        return sql, [params[name] for name in names]
+    for i in range(1, len(params) + 1):
+        sql = sql.replace("%s", f"${i}", 1)
+    return sql, list(params)
+
+
+def _check_plans(store: PostgresStore, queries: dict[str, tuple[str, Any]]) -> None:
+    with psycopg.connect(PG_URL) as c:  # one transaction, rolled back: DML is explained too
+        cursor = psycopg.ClientCursor(c)
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            cursor.execute(f"SET plan_cache_mode = {mode}")
+            for name, (sql, params) in queries.items():
+                positional, values = _positional(sql, params)
+                cursor.execute(f"PREPARE {name} AS {positional}")
+                marks = ", ".join(["%s"] * len(values))
+                cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {name}({marks})", values)
+                plan = cursor.fetchone()[0][0]["Plan"]
+                scans = [nd for nd in _plan_nodes(plan)
+                         if "Relation Name" in nd and nd["Node Type"] != "ModifyTable"]
+                assert scans, (mode, name, plan)
+                for node in scans:  # an index range or probe, never the whole session
+                    assert node["Node Type"] in ("Index Scan", "Index Only Scan"), (
+                        mode, name, node)
+                    touched = (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+                               + node.get("Rows Removed by Index Recheck", 0))
+                    assert touched <= 100, (mode, name, node)
+                cursor.execute(f"DEALLOCATE {name}")
+        c.rollback()
+
+
+@pytest.mark.parametrize("partitions", [None, 4])
+def test_reads_use_indexes_on_a_large_session(partitions: int | None) -> None:
+    """Every per-session query is an index range or probe, with table statistics
+    and without them (a new table, a bulk load, autovacuum off)."""
+    s = _store(schema=_schema(), partitions=partitions, drop_schema_on_close=True)
+    try:
+        for i in range(100):  # small sessions beside one large one
+            s.create_session(f"small{i}")
+            s.append(f"small{i}", [*conformance.chat(4, f"s{i}"), *conformance.tool_turn(i)])
+        s.create_session("big")
+        msgs: list[Message] = [Message.system("be brief")]
+        for i in range(2000):
+            msgs += conformance.chat(4, f"t{i}") + conformance.tool_turn(i)
+        for start in range(0, 20_000, 2000):
+            s.append("big", msgs[start:start + 2000])
+        session = s.get_session("big")
+        n, tokens = session.message_count, session.token_count
+        assert n == 20_000
+        q, key = s._q, ("default", "big")
+        queries: dict[str, tuple[str, Any]] = {
+            "rows": (q.rows, (*key, n - 64, n)),
+            "tail_rows": (q.tail_rows, (*key, n, 20)),
+            "seq_at_cum": (q.seq_at_cum, {"tenant": key[0], "session_id": key[1],
+                                          "cum": tokens - 8000}),
+            "kept_rows": (q.kept_rows, (*key, n)),
+            "row_by_id": (q.row_by_id, (*key, msgs[12_345].id)),
+            "find_calls": (q.find_calls, (["c1999a", "c5b", "nope"], *key, n)),
+            "existing": (q.existing, ([msgs[7].id, "nope"], *key)),
+            "clear_cuts": (q.clear_cuts, (*key, n - 5, n)),
+            "set_status": (q.set_status, (1, *key, n - 6, n - 2)),
+            "truncate_rows": (q.truncate_rows, (*key, n - 3)),
+            "truncate_id": (q.truncate_id, (*key, msgs[-1].id)),
+            "truncate_kept": (q.truncate_kept, (*key, n - 3)),
+        }
+        _check_plans(s, queries)  # no statistics yet: autovacuum is not assumed
+        with psycopg.connect(PG_URL, autocommit=True) as c:
+            c.execute(f"ANALYZE {s.schema}.messages, {s.schema}.message_ids, {s.schema}.calls")
+        _check_plans(s, queries)
+        for cum in (0, 1, 2, 777, tokens // 3, tokens - 8000, tokens - 1, tokens, tokens + 1):
+            assert s._b_seq_at_cum(*key, cum) == _first_past(s, "big", cum), cum
+        fork = s.fork("big", msgs[9_999].id)  # own rows from 10_000 on, after the shared ones
+        s.append(fork.id, conformance.chat(30, "fork"))
+        fork = s.get_session(fork.id)
+        assert fork.message_count == 10_030
+        base = fork.token_count - 200
+        for cum in (0, base, base + 1, base + 100, fork.token_count, 10**9):
+            assert s._b_seq_at_cum("default", fork.id, cum) == _first_past(s, fork.id, cum)
+        assert s._b_seq_at_cum("default", "small0", 0) == 0
+        assert s._b_seq_at_cum("default", "nobody", 0) is None
+    finally:
+        s.close()
+
+
+def _first_past(store: PostgresStore, session_id: str, cum: int) -> int | None:
+    """The answer of ``_b_seq_at_cum`` by brute force."""
+    with psycopg.connect(PG_URL) as c:
+        found = c.execute(f"SELECT min(seq) FROM {store.schema}.messages WHERE session_id = %s "
+                          "AND cum_before >= %s", (session_id, cum)).fetchone()
+    return found[0]
