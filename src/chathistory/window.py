@@ -102,6 +102,7 @@ class ContextWindow:
         self._layout: list[tuple[str, int]] = []  # (message id, kv_start) of the last prompt
         self._evicted: set[str] = set()
         self._pending: dict[str, Message] = {}  # marked, not yet confirmed freed
+        self._pinned: set[str] = set()  # ids in the pinned head
 
     # ------------------------------------------------------------------ planning
 
@@ -119,7 +120,10 @@ class ContextWindow:
         pinned = 0
         for s, e, _ in groups.spans():
             cost = sum(sizes[m.id] for m in rest[s:e])
-            if pinned + cost > self.pin_tokens:
+            # once pinned, a group stays pinned (a result joining a pinned call must
+            # not evict it), so the head never moves and the prefix stays valid
+            sticky = any(m.id in self._pinned for m in rest[s:e])
+            if not sticky and pinned + cost > self.pin_tokens:
                 break
             pinned += cost
             head = e
@@ -136,6 +140,12 @@ class ContextWindow:
         keep.update(id(rest[i]) for i in groups.sendable(start, len(rest)))
         prompt = [m for m in live if m.role in self.keep_roles or id(m) in keep]
         total = counter.priming_tokens + sum(sizes[m.id] for m in prompt)
+        if total > self.max_tokens and head:
+            # the pinned head gives way before the window overflows
+            keep = {id(rest[i]) for i in groups.sendable(start, len(rest))}
+            head = 0
+            prompt = [m for m in live if m.role in self.keep_roles or id(m) in keep]
+            total = counter.priming_tokens + sum(sizes[m.id] for m in prompt)
         if total > self.max_tokens:
             raise ContextOverflow(
                 f"{total} tokens remain after evicting everything that may leave; "
@@ -148,6 +158,7 @@ class ContextWindow:
             m.kv_start = -1
             evicted.add(m.id)
             self._pending[m.id] = m
+        self._pinned = {rest[i].id for i in range(head)}
         head_ids = {id(rest[i]) for i in range(head)}
         head_count = 0
         for m in prompt:
@@ -209,6 +220,7 @@ class ContextWindow:
             "keep_system": bool(self.keep_roles),
             "layout": [[i, s] for i, s in self._layout],
             "pending": list(self._pending),
+            "pinned": sorted(self._pinned),
         }
 
     @classmethod
@@ -221,6 +233,7 @@ class ContextWindow:
         window._layout = [(str(i), int(s)) for i, s in data.get("layout", [])]
         # Evicted messages carry MARKED/UNLOADED in their kv_status (and a store
         # hides marked ones), so the state does not grow with every eviction.
+        window._pinned = set(data.get("pinned", []))
         by_id = {m.id: m for m in history}
         window._pending = {i: by_id[i] for i in data.get("pending", []) if i in by_id}
         return window

@@ -92,7 +92,9 @@ class SummarizationReducer(BaseReducer):
         if start is None:
             return None
         earlier = [m for m in messages if is_summary(m)]
-        return split, start, earlier + split.removed(start)
+        kept = {id(m) for m in split.cut(start)}
+        # everything the cut drops: the older messages, and orphan groups after the cut
+        return split, start, earlier + [m for m in split.rest if id(m) not in kept]
 
     def _build(self, split: Split, start: int, removed: list[Message], text: object
                ) -> list[Message]:

@@ -104,4 +104,5 @@ class TokenBudgetReducer(BaseReducer):
         n = len(split.rest)
         # smallest start whose tail fits, then forward to a boundary (never above budget)
         start = n if budget < 0 else bisect_left(prefix, prefix[n] - budget, 0, n + 1)
-        return split.cut(split.boundary_at_or_after(start))
+        out = split.cut(split.boundary_at_or_after(start))
+        return None if len(out) == len(messages) else out  # nothing could be cut
