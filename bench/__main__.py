@@ -10,12 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import foundation, service, window
+from . import foundation, service, stores, window
 
 SUITES: dict[str, Callable[..., dict[str, Any]]] = {
     "foundation": foundation.run,
     "window": window.run,
     "service": service.run,
+    "stores": stores.run,
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 
