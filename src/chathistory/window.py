@@ -116,36 +116,39 @@ class ContextWindow:
         total = counter.priming_tokens + sum(sizes.values())
         rest = [m for m in live if m.role not in self.keep_roles]
         groups = Groups.of(rest)
-        head = 0  # the pinned head: the first groups within pin_tokens never leave
-        pinned = 0
-        for s, e, _ in groups.spans():
-            cost = sum(sizes[m.id] for m in rest[s:e])
-            # once pinned, a group stays pinned (a result joining a pinned call must
-            # not evict it), so the head never moves and the prefix stays valid
-            sticky = any(m.id in self._pinned for m in rest[s:e])
-            if not sticky and pinned + cost > self.pin_tokens:
-                break
-            pinned += cost
-            head = e
-        start = head
-        if total > self.max_tokens:
-            need = total - self.low_water_tokens
-            freed = 0
-            for s, e, _ in groups.spans(head):
-                if freed >= need or e == len(rest):
-                    break  # the newest group always stays
-                freed += sum(sizes[m.id] for m in rest[s:e])
-                start = e
-        keep = {id(rest[i]) for i in groups.sendable(0, head)}
-        keep.update(id(rest[i]) for i in groups.sendable(start, len(rest)))
-        prompt = [m for m in live if m.role in self.keep_roles or id(m) in keep]
-        total = counter.priming_tokens + sum(sizes[m.id] for m in prompt)
-        if total > self.max_tokens and head:
-            # the pinned head gives way before the window overflows
-            keep = {id(rest[i]) for i in groups.sendable(start, len(rest))}
-            head = 0
+        # The pinned head: the first groups within pin_tokens. Once pinned, a group
+        # stays pinned (a result joining a pinned call must not evict it), so the head
+        # never moves and the prefix stays valid; it gives way only before an overflow:
+        # first the groups kept only for being pinned before, then the whole head.
+        spans = list(groups.spans())
+        costs = [sum(sizes[m.id] for m in rest[s:e]) for s, e, _ in spans]
+
+        def head_end(sticky: bool) -> int:
+            used, end = 0, 0
+            for (s, e, _), cost in zip(spans, costs, strict=True):
+                held = sticky and any(m.id in self._pinned for m in rest[s:e])
+                if not held and used + cost > self.pin_tokens:
+                    break
+                used, end = used + cost, e
+            return end
+
+        for head in dict.fromkeys((head_end(True), head_end(False), 0)):
+            start = head
+            if total > self.max_tokens:
+                need = total - self.low_water_tokens
+                freed = 0
+                for s, e, _ in groups.spans(head):
+                    if freed >= need or e == len(rest):
+                        break  # the newest group always stays
+                    freed += sum(sizes[m.id] for m in rest[s:e])
+                    start = e
+            keep = {id(rest[i]) for i in groups.sendable(0, head)}
+            keep.update(id(rest[i]) for i in groups.sendable(start, len(rest)))
             prompt = [m for m in live if m.role in self.keep_roles or id(m) in keep]
-            total = counter.priming_tokens + sum(sizes[m.id] for m in prompt)
+            used_total = counter.priming_tokens + sum(sizes[m.id] for m in prompt)
+            if used_total <= self.max_tokens:
+                break
+        total = used_total
         if total > self.max_tokens:
             raise ContextOverflow(
                 f"{total} tokens remain after evicting everything that may leave; "
