@@ -276,8 +276,8 @@ class Message(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
 
     def validate(self) -> Message:
         """Check the rules; return ``self`` or raise ``InvalidMessage`` naming the field."""
-        if not isinstance(self.id, str) or not self.id:
-            raise InvalidMessage("id must be a non-empty string", "$.id")
+        if not isinstance(self.id, str) or not self.id or "\x00" in self.id:
+            raise InvalidMessage("id must be a non-empty string without NUL", "$.id")
         if not isinstance(self.role, str) or not self.role.strip():
             raise InvalidMessage("role must be a non-empty string", "$.role")
         if self.name is not None and (not isinstance(self.name, str) or not self.name):

@@ -45,9 +45,9 @@ def _ttl_deadline(ttl: timedelta | float | None) -> datetime | None:
 
 
 def _check_id(value: str, field: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > 200:
-        raise InvalidMessage(f"{field} must be a non-empty string of at most 200 characters",
-                             f"$.{field}")
+    if not isinstance(value, str) or not value or len(value) > 200 or "\x00" in value:
+        raise InvalidMessage(f"{field} must be a non-empty string of at most 200 characters "
+                             "without NUL", f"$.{field}")
     return value
 
 
