@@ -283,3 +283,21 @@ def test_openai_compatible_summarizer_error_changes_nothing(endpoint: str) -> No
         h.reduce(SummarizationReducer(OpenAICompatibleSummarizer(base_url=endpoint),
                                       target_count=2))
     assert h.to_json() == before
+
+
+def test_failed_auto_reduce_undoes_the_add() -> None:
+    def broken(messages: list[Message]) -> str:
+        raise RuntimeError("down")
+
+    h = History(turns(5), reducer=SummarizationReducer(broken, target_count=2))
+    h.auto_reduce = True
+    before = h.to_json()
+    m = Message.user("new")
+    with pytest.raises(SummarizationFailed):
+        h.add(m)
+    assert h.to_json() == before and m.id not in h
+    with pytest.raises(SummarizationFailed):
+        h.add(m)  # a retry tries again: the failed add left nothing behind
+    with pytest.raises(SummarizationFailed):
+        h.extend([Message.user("a"), Message.user("b")])
+    assert h.to_json() == before

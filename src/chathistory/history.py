@@ -127,8 +127,7 @@ class History(Sequence[Message]):
             return False
         message.validate()
         self._append(message)
-        if self.auto_reduce:
-            self.reduce()
+        self._auto_reduce(1)
         return True
 
     def _append(self, message: Message) -> None:
@@ -165,8 +164,8 @@ class History(Sequence[Message]):
             fresh.append(message)
         for message in fresh:
             self._append(message)
-        if fresh and self.auto_reduce:
-            self.reduce()
+        if fresh:
+            self._auto_reduce(len(fresh))
         return len(fresh)
 
     def add_user(self, text: str = "", *attachments: Any, name: str | None = None) -> Message:
@@ -194,9 +193,20 @@ class History(Sequence[Message]):
 
     def _add_new(self, message: Message) -> Message:
         self._append(message)  # factories validated it, and its id is fresh
-        if self.auto_reduce:
-            self.reduce()
+        self._auto_reduce(1)
         return message
+
+    def _auto_reduce(self, added: int) -> None:
+        """Reduce after an add; if the reducer fails (a summarizer), the add is undone
+        too, so nothing of the rejected request stays and a retry runs again."""
+        if not self.auto_reduce:
+            return
+        try:
+            self.reduce()
+        except Exception:
+            for _ in range(added):
+                self.pop()
+            raise
 
     # ------------------------------------------------------------------ reducing
 
