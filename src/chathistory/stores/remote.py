@@ -35,6 +35,7 @@ from ..model import Attachment, KVStatus, Message
 from ..model.codec import _strip_part
 from ..tokens import TokenCounter, get_counter
 from .aio import AsyncStoreAdapter
+from .engine import _validated
 from .model import Page, Session
 
 try:
@@ -239,15 +240,8 @@ class RemoteStore:
     def append(self, session_id: str, messages: Iterable[Message], *,
                tenant: str | None = None, expected_version: int | None = None,
                state: dict[str, Any] | None = None, reject_orphans: bool = False) -> int:
-        batch = []
-        for i, m in enumerate(messages):
-            if not isinstance(m, Message):
-                raise InvalidMessage(f"expected a Message, got {type(m).__name__}", f"$[{i}]")
-            try:
-                m.validate()
-            except InvalidMessage as exc:
-                raise exc.under(f"$[{i}]") from None
-            batch.append(self._uploaded(m, tenant))
+        # the same checks as every store (the server repeats them): one helper for both
+        batch = [self._uploaded(m, tenant) for m in _validated(messages)]
         body: dict[str, Any] = {"messages": batch}
         if state is not None:
             body["state"] = state
