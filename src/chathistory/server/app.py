@@ -28,7 +28,7 @@ from typing import Any, ParamSpec, TypeVar
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..assets import FileAssetStore
@@ -283,7 +283,13 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 404)
     message = "no such route" if status == 404 else "method not allowed for this route"
     kind = "not_found" if status == 404 else "method_not_allowed"
-    return error_response(HTTPError(status, kind, message),
+    headers = None
+    if status == 405:  # RFC 9110: a 405 lists the methods the path has (all its routes')
+        allowed = {method for route in request.app.router.routes if isinstance(route, Route)
+                   and route.methods and route.matches(request.scope)[0] != Match.NONE
+                   for method in route.methods}
+        headers = {"Allow": ", ".join(sorted(allowed))}
+    return error_response(HTTPError(status, kind, message, headers),
                           request.scope.get("chathistory.request_id", "-"))
 
 
@@ -304,8 +310,11 @@ def create_app(store: Store, *, keys_required: bool = False,
     service = Service(store, keys_required=keys_required, asset_dir=asset_dir,
                       limits=limits or Limits(), key_cache_seconds=key_cache_seconds)
     store.counter.count_text("warm up")  # loads a tokenizer's tables now, not on a request
-    routes = [Route(spec.path, _endpoint(spec, service), methods=[spec.method])
-              for spec in ROUTES]
+    from .viewer import viewer_routes
+
+    routes: list[BaseRoute] = [Route(spec.path, _endpoint(spec, service), methods=[spec.method])
+                               for spec in ROUTES]
+    routes += viewer_routes()
     app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_found})
     app.state.service = service
     app.add_middleware(_Observe, service=service)

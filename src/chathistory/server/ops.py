@@ -16,6 +16,7 @@ from ..model import KVStatus
 from ..reduce import MessageCountReducer, TokenBudgetReducer, TruncationReducer
 from ..reduce.base import Reducer
 from ..stores.base import Store
+from ..stores.model import utcnow
 from ..tokens import TokenCounter, get_counter
 from ..window import ContextWindow, WindowPlan
 from .errors import PreconditionFailed
@@ -92,7 +93,15 @@ def plan_window(store: Store, tenant: str, session_id: str, body: WindowBody,
         previous = {}  # another window: its layout says nothing about this one
     window = ContextWindow.from_dict({**previous, **settings}, live, counter)
     plan = window.plan(live)
-    state = {**session.state, WINDOW_STATE_KEY: window.to_dict()}
+    last = plan.messages[-1] if plan.messages else None
+    layout = window.to_dict()
+    # what the viewer shows of the last turn (ignored by ContextWindow.from_dict)
+    layout["last_turn"] = {"reused_prefix_tokens": plan.reused_prefix_tokens,
+                           "new_tokens": plan.new_tokens, "total_tokens": plan.total_tokens,
+                           "evicted": len(plan.evicted_ids), "head_count": plan.head_count,
+                           "end": (last.kv_start or 0) + (last.kv_size or 0) if last else 0,
+                           "at": utcnow().isoformat()}
+    state = {**session.state, WINDOW_STATE_KEY: layout}
     try:
         store.update_session(session_id, tenant=tenant, state=state,
                              expected_version=session.version)

@@ -77,7 +77,9 @@ async def download_asset(ctx: Context) -> Response:
     assets, tenant = ctx.service.assets, ctx.tenant
     info = await run(assets.info, tenant, sha256)
     headers = {"Cache-Control": "private, max-age=31536000, immutable",
-               "X-Content-Type-Options": "nosniff"}
+               "X-Content-Type-Options": "nosniff",
+               # an uploaded HTML or SVG file opened from this origin runs nothing
+               "Content-Security-Policy": "default-src 'none'; sandbox"}
     if info is not None:
         return FileResponse(assets.path(tenant, sha256), media_type=info.mime_type,
                             headers=headers)
@@ -201,8 +203,9 @@ ROUTES = [
              query=(Param("name", description="file name"),
                     Param("mime_type", description="media type (default: Content-Type, "
                           "else sniffed)")), tag="assets"),
-    Endpoint("GET", "/v1/assets/{sha256}", download_asset, "Download an attachment's bytes",
-             responses={200: "application/octet-stream"}, tag="assets"),
+    Endpoint("GET", "/v1/assets/{sha256}", download_asset,
+             "Download an attachment's bytes (served as their own media type)",
+             responses={200: "*/*"}, tag="assets"),
     Endpoint("GET", "/v1/export", export, "Export sessions and messages as JSON lines",
              responses={200: NDJSON}, tag="data",
              query=(Param("session_id", description="repeatable; default: every session"),)),
