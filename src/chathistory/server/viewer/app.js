@@ -148,6 +148,10 @@ function when(iso) {
   return span;
 }
 
+function plural(n, word) {
+  return `${fmt(n)} ${word}${n === 1 ? "" : "s"}`;
+}
+
 function fmt(n) {
   return Number(n || 0).toLocaleString("en-US");
 }
@@ -327,14 +331,15 @@ function queue(concurrency) {
 function sessionRow(session, previews, gen) {
   const title = titleOf(session);
   const titleNode = h("span", "session-title", title || session.id);
+  if (!title) titleNode.classList.add("untitled");
   const preview = h("span", "session-preview");
   const meta = h("span", "session-meta",
-    h("span", "count", `${fmt(session.message_count)} messages`),
+    h("span", "count", plural(session.message_count, "message")),
     h("span", "count", `${fmt(session.token_count)} tokens`),
     session.user ? h("span", "user", `user ${session.user}`) : null,
     session.parent_id ? h("span", "branch-flag", `fork of ${session.parent_id}`) : null,
     when(session.updated_at));
-  if (title) meta.prepend(h("span", "session-id", session.id));
+  meta.prepend(h("span", "session-id", session.id));
   const link = anchor(`#/s/${enc(session.id)}`, "session-link", titleNode, preview, meta);
   const row = h("li", "session-row", link);
   row.dataset.sessionId = session.id;
@@ -344,7 +349,9 @@ function sessionRow(session, previews, gen) {
       try {
         const { messages } = await api(`/v1/sessions/${enc(session.id)}/messages?start=0&stop=6&include_marked=true`);
         const first = messages.find((m) => m.role === "user") || messages.find((m) => textOf(m)) || null;
-        if (first) preview.textContent = textOf(first, 160);
+        if (!first) return;
+        if (title) preview.textContent = textOf(first, 160);
+        else titleNode.textContent = textOf(first, 120) || session.id; // untitled: its opening line
       } catch { /* a preview is optional */ }
     });
   }
@@ -388,10 +395,10 @@ class SessionView {
     const title = titleOf(session);
     const head = h("div", "session-head",
       anchor("#/", "back", "← Sessions"),
-      h("h1", "page-title", title || session.id),
+      this.heading = h("h1", "page-title", title || session.id),
       h("div", "session-facts",
-        title ? h("span", "session-id", session.id) : null,
-        h("span", null, `${fmt(session.message_count)} messages`),
+        h("span", "session-id", session.id),
+        h("span", null, plural(session.message_count, "message")),
         h("span", null, `${fmt(session.token_count)} tokens`),
         h("span", null, `version ${session.version}`),
         session.user ? h("span", null, `user ${session.user}`) : null,
@@ -463,6 +470,10 @@ class SessionView {
         frag.append(this.renderMessage(message, seq));
       }
       this.timeline.append(frag);
+      if (!titleOf(this.session) && this.next === 0) { // untitled: its opening line
+        const first = messages.find((m) => m.role === "user" && textOf(m));
+        if (first) this.heading.textContent = textOf(first, 120);
+      }
       this.next += PAGE;
       if (this.next >= this.session.message_count) this.done = true;
       this.updateButtons();
