@@ -66,6 +66,48 @@ def test_list_sessions_pages_and_filters(served: Served, a: httpx.Client) -> Non
     assert a.get("/v1/sessions", params={"limit": "x"}).status_code == 400
 
 
+def test_list_sessions_recent_order_and_search(served: Served, a: httpx.Client,
+                                               b: httpx.Client) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    word = f"w{uuid.uuid4().hex[:8]}"
+    made = [served.new_session(a, user=user, metadata={"n": i}) for i in range(4)]
+    said = a.post(f"/v1/sessions/{made[1]}/messages",
+                  json={"messages": messages(f'Ask "Zoë" about the café {word}')})
+    assert said.status_code == 200
+
+    def listed(client: httpx.Client, **params: object) -> list[str]:
+        seen: list[str] = []
+        cursor = None
+        while True:
+            query = {"limit": 1, **params, **({"cursor": cursor} if cursor else {})}
+            response = client.get("/v1/sessions", params=query)
+            assert response.status_code == 200, response.text
+            seen += [s["id"] for s in response.json()["items"]]
+            cursor = response.json()["next_cursor"]
+            if cursor is None:
+                return seen
+
+    assert listed(a, user=user, order="recent") == [made[1], made[3], made[2], made[0]]
+    assert listed(a, user=user, order="created") == made
+    assert listed(a, user=user) == made
+    assert listed(a, q=f'"Zoë" ABOUT THE CAFé {word.upper()}') == [made[1]]
+    assert listed(a, q=word, order="recent", user=user) == [made[1]]
+    assert listed(a, q=word, user="someone else") == []
+    assert listed(b, q=word) == []  # another tenant's text is never found
+    assert listed(a, q=made[2], user=user) == [made[2]]  # by id
+    recent = a.get("/v1/sessions", params={"user": user, "order": "recent", "limit": 1}).json()
+    wrong = a.get("/v1/sessions", params={"user": user, "cursor": recent["next_cursor"]})
+    assert wrong.status_code == 400 and "order" in wrong.json()["error"]["message"]
+    bad = a.get("/v1/sessions", params={"order": "newest"})
+    assert bad.status_code == 422
+    error = bad.json()["error"]
+    assert error["type"] == "invalid_message" and error["path"] == "order"
+    assert "created" in error["message"] and "recent" in error["message"]
+    document = httpx.get(served.url + "/openapi.json").json()
+    names = [p["name"] for p in document["paths"]["/v1/sessions"]["get"]["parameters"]]
+    assert {"order", "q", "cursor", "limit", "user"} <= set(names)
+
+
 def test_append_read_and_idempotent_retry(served: Served, a: httpx.Client) -> None:
     sid = served.new_session(a)
     batch = messages("hello", "hi there", "how are you", "fine")

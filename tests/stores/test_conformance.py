@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -99,6 +100,174 @@ def test_list_sessions_pages_and_filters(store: BaseStore) -> None:
     evens = store.list_sessions(metadata={"even": True}, limit=10).items
     assert [s.id for s in evens] == ["s0", "s2", "s4", "s6"]
     assert [s.id for s in store.list_sessions(tenant="t2").items] == ["other"]
+
+
+def _all_pages(store: BaseStore, limit: int, **options: Any) -> list[str]:
+    """Every session id the listing yields, page by page (no page over ``limit``)."""
+    page = store.list_sessions(limit=limit, **options)
+    seen = [s.id for s in page.items]
+    while page.next_cursor:
+        assert len(page.items) == limit
+        page = store.list_sessions(limit=limit, cursor=page.next_cursor, **options)
+        assert len(page.items) <= limit
+        seen += [s.id for s in page.items]
+    return seen
+
+
+def test_list_sessions_recent_order(store: BaseStore) -> None:
+    for i in range(5):
+        store.create_session(f"s{i}", user="u" if i % 2 else None)
+        time.sleep(0.002)
+    store.append("s1", chat(1))  # older sessions change: they move to the front
+    time.sleep(0.002)
+    store.append("s3", chat(1))
+    time.sleep(0.002)
+    store.update_session("s0", metadata={"touched": True})
+    recent = [s.id for s in store.list_sessions(order="recent").items]
+    assert recent == ["s0", "s3", "s1", "s4", "s2"]
+    assert [s.id for s in store.list_sessions().items] == [f"s{i}" for i in range(5)]
+    assert [s.id for s in store.list_sessions(order="recent", user="u").items] == ["s3", "s1"]
+    time.sleep(0.002)
+    store.pop("s1")
+    assert [s.id for s in store.list_sessions(order="recent", limit=2).items] == ["s1", "s0"]
+    got = store.list_sessions(order="recent")
+    assert [s.updated_at for s in got.items] == sorted((s.updated_at for s in got.items),
+                                                       reverse=True)
+
+
+@pytest.mark.parametrize("order", ["created", "recent"])
+def test_list_sessions_pages_without_gaps(store: BaseStore, order: str) -> None:
+    for i in range(13):
+        store.create_session(f"p{i:02}", metadata={"odd": i % 2 == 1})
+    for i in (4, 0, 9):  # some sessions change after all were created
+        store.append(f"p{i:02}", chat(1))
+    every = store.list_sessions(limit=1000, order=order).items  # type: ignore[arg-type]
+    if order == "recent":
+        expected = sorted(every, key=lambda s: (s.updated_at, s.id), reverse=True)
+    else:
+        expected = sorted(every, key=lambda s: (s.created_at, s.id))
+    assert [s.id for s in every] == [s.id for s in expected]
+    assert sorted(s.id for s in every) == [f"p{i:02}" for i in range(13)]
+    for limit in (1, 4, 13):
+        assert _all_pages(store, limit, order=order) == [s.id for s in every]
+    odd = [s.id for s in every if s.metadata["odd"]]
+    assert _all_pages(store, 2, order=order, metadata={"odd": True}) == odd
+
+
+def test_list_sessions_cursor_belongs_to_its_order(store: BaseStore) -> None:
+    for i in range(3):
+        store.create_session(f"c{i}")
+    by_created = store.list_sessions(limit=1).next_cursor
+    by_recent = store.list_sessions(limit=1, order="recent").next_cursor
+    assert by_created and by_recent and by_created != by_recent
+    with pytest.raises(ValueError):
+        store.list_sessions(cursor=by_created, order="recent")
+    with pytest.raises(ValueError):
+        store.list_sessions(cursor=by_recent)
+    with pytest.raises(ValueError):
+        store.list_sessions(cursor="not a cursor")
+    with pytest.raises(ValueError):
+        store.list_sessions(order="newest")  # type: ignore[arg-type]
+
+
+def _found(store: BaseStore, query: str, **options: Any) -> list[str]:
+    return sorted(s.id for s in store.list_sessions(query=query, limit=100, **options).items)
+
+
+def test_list_sessions_search(store: BaseStore) -> None:
+    store.create_session("quote", metadata={"title": "Plans"})
+    store.append("quote", [Message.user('He said "ship it" at the café'),
+                           Message.assistant("line one\nline two, C:\\temp, 50% off, a_b")])
+    store.create_session("tool", metadata={"title": "Crème brûlée", "n": 12345})
+    store.append("tool", [Message.user("weather?"),
+                          Message.assistant("", [{"id": "c1", "name": "lookup",
+                                                  "arguments": {"city": "Zürich"}}]),
+                          Message.tool_result("c1", "sunny and warm")])
+    store.create_session("Invoice-2024", user="u1")
+    store.create_session("plain")
+    store.append("plain", [Message.user("a 500 error, ab")])
+    # message text, tool arguments and results
+    assert _found(store, "ship it") == ["quote"]
+    assert _found(store, "SUNNY") == ["tool"]
+    assert _found(store, "zürich") == ["tool"]
+    # a quote, a newline, a backslash: matched as written, not as JSON escapes
+    assert _found(store, '"ship it"') == ["quote"]
+    assert _found(store, 'said "SHIP') == ["quote"]
+    assert _found(store, "one\nline") == ["quote"]
+    assert _found(store, "C:\\temp") == ["quote"]
+    assert _found(store, "\\") == ["quote"]
+    # LIKE wildcards are literal
+    assert _found(store, "50%") == ["quote"]
+    assert _found(store, "a_b") == ["quote"]
+    # non-ASCII: as written; ASCII letters case-insensitive, others exactly
+    assert _found(store, "Café") == ["quote"]
+    assert _found(store, "CAFÉ") == []
+    assert _found(store, "brûlée") == ["tool"]
+    # the session id, and metadata values as JSON text
+    assert _found(store, "invoice-20") == ["Invoice-2024"]
+    assert _found(store, "PLANS") == ["quote"]
+    assert _found(store, "2345") == ["tool"]
+    assert _found(store, '"Plans"') == []  # a JSON string's own quotes are not its text
+    assert _found(store, "no such text") == []
+    # with the other filters
+    assert _found(store, "invoice", user="u1") == ["Invoice-2024"]
+    assert _found(store, "invoice", user="u2") == []
+    assert _found(store, "a", metadata={"n": 12345}) == ["tool"]
+    assert _found(store, "", order="recent") == sorted(
+        ["quote", "tool", "Invoice-2024", "plain"])  # an empty query keeps everything
+
+
+def test_list_sessions_search_pages_in_both_orders(store: BaseStore) -> None:
+    for i in range(9):
+        store.create_session(f"q{i}")
+        store.append(f"q{i}", [Message.user(f"turn {i}: " + ("Needle" if i % 3 else "hay"))])
+    store.append("q1", [Message.user("later")])
+    hits = {f"q{i}" for i in range(9) if i % 3}
+    for order in ("created", "recent"):
+        every = [s.id for s in store.list_sessions(order=order).items]  # type: ignore[arg-type]
+        expected = [sid for sid in every if sid in hits]
+        assert _all_pages(store, 2, order=order, query="needle") == expected
+        assert _all_pages(store, 6, order=order, query="needle") == expected
+    assert store.list_sessions(order="recent", query="needle", limit=1).items[0].id == "q1"
+
+
+def test_list_sessions_search_reads_past_a_batch(store: BaseStore) -> None:
+    for i in range(105):  # more than one batch of a search between the two matches
+        store.create_session(f"b{i:03}", metadata={"tag": "first" if i in (0, 104) else "x"})
+    page = store.list_sessions(query="first", limit=1)
+    assert [s.id for s in page.items] == ["b000"] and page.next_cursor
+    page = store.list_sessions(query="first", limit=1, cursor=page.next_cursor)
+    assert [s.id for s in page.items] == ["b104"]
+    if page.next_cursor:
+        assert store.list_sessions(query="first", limit=1, cursor=page.next_cursor).items == []
+
+
+def test_list_sessions_search_is_per_tenant_and_skips_expired(store: BaseStore) -> None:
+    store.create_session("secret-a", tenant="a", metadata={"k": "secret-meta"})
+    store.append("secret-a", [Message.user("the secret word is kumquat")], tenant="a")
+    store.create_session("secret-a", tenant="b")  # same id in tenant b, other content
+    store.create_session("mine", tenant="b")
+    for query in ("kumquat", "secret-meta"):
+        assert _found(store, query, tenant="a") == ["secret-a"]
+        assert _found(store, query, tenant="b") == []
+    assert _found(store, "secret", tenant="b") == ["secret-a"]  # b's own session, by id
+    store.create_session("short", tenant="b", ttl=1.0)
+    store.append("short", [Message.user("kumquat in b")], tenant="b")
+    assert _found(store, "kumquat", tenant="b") == ["short"]
+    time.sleep(1.2)
+    assert _found(store, "kumquat", tenant="b") == []
+    assert _found(store, "short", tenant="b", order="recent") == []
+    assert "short" not in [s.id for s in store.list_sessions(tenant="b", order="recent").items]
+
+
+def test_list_sessions_search_and_forks(store: BaseStore) -> None:
+    parent = store.create_session("parent")
+    store.append(parent.id, [Message.user("the kiwi question"), Message.assistant("answer")])
+    fork = store.fork(parent.id, new_session_id="fork")
+    store.append(fork.id, [Message.user("and a mango")])
+    kiwi = _found(store, "kiwi")  # in the shared prefix: the parent that stores it
+    assert "parent" in kiwi and set(kiwi) <= {"parent", "fork"}
+    assert _found(store, "mango") == ["fork"]
 
 
 def test_tenants_are_isolated(store: BaseStore) -> None:

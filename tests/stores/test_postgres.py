@@ -14,6 +14,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -108,12 +109,54 @@ def test_migrate_an_empty_schema(conn: Any) -> None:
             assert indexes[table] == [f"{table}_pkey"]
         assert sorted(indexes["sessions"]) == [
             "sessions_by_created", "sessions_by_expiry", "sessions_by_parent", "sessions_by_root",
-            "sessions_by_user", "sessions_pkey"]
+            "sessions_by_updated", "sessions_by_user", "sessions_pkey"]
         assert sorted(indexes["asset_refs"]) == ["asset_refs_by_sha", "asset_refs_pkey"]
         types = dict(conn.execute(
             "SELECT table_name || '.' || column_name, data_type FROM information_schema.columns "
             "WHERE table_schema = %s", (schema,)).fetchall())
         assert types["messages.data"] == "bytea" and types["sessions.payload"] == "json"
+    finally:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def test_m002_fills_updated_iso_from_the_payload(conn: Any) -> None:
+    """A schema of the first release: ``updated_iso`` is filled with exactly the text
+    ``recent_key`` gives, whatever the payload's UTC offset and precision."""
+    import msgspec
+
+    from chathistory.stores import Session
+    from chathistory.stores.engine import recent_key
+
+    schema = _schema()
+    base = datetime(2025, 1, 1, tzinfo=UTC)
+    updated = {"a": base + timedelta(hours=3),
+               "b": (base + timedelta(hours=1, microseconds=5)).astimezone(
+                   timezone(timedelta(hours=-5))),
+               "c": base + timedelta(hours=2, seconds=1)}
+    try:
+        name, first = MIGRATIONS[0]
+        assert name == "m001_initial"
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"CREATE TABLE {schema}.migrations (name text PRIMARY KEY, "
+                     "applied_at timestamptz NOT NULL DEFAULT now())")
+        first(conn, schema, None)
+        conn.execute(f"INSERT INTO {schema}.migrations (name) VALUES ('m001_initial')")
+        for sid, when in updated.items():
+            session = Session(id=sid, created_at=base, updated_at=when, root_id=sid)
+            conn.execute(f"INSERT INTO {schema}.sessions (tenant, session_id, created_iso, "
+                         "root_id, version, payload) VALUES ('default', %s, %s, %s, 0, %s)",
+                         (sid, base.isoformat(), sid, msgspec.json.encode(session).decode()))
+        assert migrate(conn, schema) == [name for name, _ in MIGRATIONS[1:]]
+        stored = dict(conn.execute(f"SELECT session_id, updated_iso FROM {schema}.sessions"))
+        assert stored == {sid: recent_key(Session(id=sid, updated_at=when))
+                          for sid, when in updated.items()}
+        store = PostgresStore(PG_URL, counter="approx", schema=schema)
+        try:
+            assert [s.id for s in store.list_sessions(order="recent").items] == ["a", "c", "b"]
+            store.append("b", [Message.user("news")])
+            assert [s.id for s in store.list_sessions(order="recent").items] == ["b", "a", "c"]
+        finally:
+            store.close()
     finally:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 

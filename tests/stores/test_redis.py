@@ -19,6 +19,7 @@ import pytest
 import test_conformance as conformance  # the suite's functions, rerun here on a cluster
 
 from chathistory import Attachment, Message, MissingDependency
+from chathistory.stores.engine import recent_key
 from chathistory.stores.redis import RedisStore, _esc, _parse_url
 
 redis = pytest.importorskip("redis")
@@ -167,7 +168,8 @@ def test_every_key_of_a_session_shares_one_slot(redis_store: RedisStore,
     assert len({key_slot(k.encode()) for k in own}) == 1
     tenant_keys = [k for k in keys if k.startswith(redis_store._tenant_key(tenant, ""))]
     assert {k.rsplit("}:", 1)[1] for k in tenant_keys} == {
-        "sessions", "user:u%3A1", "assets", "asset_types", f"refs:{png_sha(png_bytes)}",
+        "sessions", "user:u%3A1", "recent", "recent:u%3A1", "assets", "asset_types",
+        f"refs:{png_sha(png_bytes)}",
         f"tree:{_esc(sid)}", f"children:{_esc(sid)}"}  # no TTL: no expiry entry
     assert len({key_slot(k.encode()) for k in tenant_keys}) == 1
     # every key is one of this session's, its fork's, the tenant's or the tenant list
@@ -208,6 +210,39 @@ def test_stale_index_entries_are_filtered(redis_store: RedisStore) -> None:
     assert [x.id for x in redis_store.lineage("s")] == ["s"]
     assert redis_store.erase(tenant="default", user="alice") == 1  # "live"
     assert [x.id for x in redis_store.list_sessions().items] == ["s"]
+
+
+def test_stale_recent_entries_are_filtered(redis_store: RedisStore) -> None:
+    """A crash between a save's steps leaves an extra ``recent`` entry (the new one
+    added before a save that never happened, or the old one not yet removed); a
+    listing shows each session once, where its stored ``updated_at`` puts it."""
+    for sid in ("x", "y", "z"):
+        redis_store.create_session(sid, user="alice")
+        time.sleep(0.002)
+    redis_store.append("x", conformance.chat(1))
+    x = redis_store.get_session("x")
+    keys = [redis_store._recent_key("default", None), redis_store._recent_key("default", "alice")]
+    for key in keys:
+        redis_store._r.zadd(key, {"2999-01-01T00:00:00.000000+00:00\x00y": 0,  # never saved
+                                  "2000-01-01T00:00:00.000000+00:00\x00z": 0,  # left behind
+                                  f"{recent_key(x)}\x00x": 0})  # x's own: no duplicate
+    for user in (None, "alice"):
+        listed = [s.id for s in redis_store.list_sessions(order="recent", user=user).items]
+        assert listed == ["x", "z", "y"]
+        pages: list[str] = []
+        cursor = None
+        while True:
+            page = redis_store.list_sessions(order="recent", user=user, limit=1, cursor=cursor)
+            pages += [s.id for s in page.items]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        assert pages == ["x", "z", "y"]
+    for key in keys:  # a save keeps one live entry per session and leaves others alone
+        assert redis_store._r.zcard(key) == 5
+    redis_store.update_session("y", metadata={"k": 1})
+    assert [s.id for s in redis_store.list_sessions(order="recent").items] == ["y", "x", "z"]
+    assert redis_store._r.zcard(keys[0]) == 5
 
 
 def test_asset_gc_and_references_in_flight(redis_store: RedisStore, png_bytes: bytes) -> None:

@@ -9,20 +9,23 @@ import signal
 import sqlite3
 import threading
 import time
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from chathistory import Attachment, KVStatus, Message
-from chathistory.stores import open_store
+from chathistory.stores import Session, open_store
 from chathistory.stores import sqlite as sqlite_module
+from chathistory.stores.engine import recent_key
 from chathistory.stores.sqlite import SQLiteStore
 
 TABLES = {"migrations", "sessions", "messages", "calls", "status_overrides", "assets",
           "asset_refs"}
 INDEXES = {"sessions_by_created", "sessions_by_user", "sessions_by_parent", "sessions_by_root",
-           "sessions_by_expiry", "messages_by_id", "messages_kept", "calls_by_seq",
-           "asset_refs_by_session"}
+           "sessions_by_expiry", "sessions_by_updated", "messages_by_id", "messages_kept",
+           "calls_by_seq", "asset_refs_by_session"}
 
 
 def schema(path: Path) -> dict[str, tuple[str, str]]:
@@ -65,6 +68,65 @@ def test_a_failing_migration_leaves_no_trace(tmp_path: Path,
         SQLiteStore(path)
     assert schema(path) == before  # the table of the failed step was rolled back with it
     assert "m999_broken" not in [name for name, _ in migrations(path)]
+
+
+def test_a_database_from_before_m002_lists_in_recent_order(tmp_path: Path) -> None:
+    """A file written by the first schema (no updated_at column) migrates: the column
+    is filled from each payload (any UTC offset, with or without microseconds)."""
+    path = tmp_path / "old.db"
+    name, statements = sqlite_module.MIGRATIONS[0]
+    assert name == "m001_initial"
+    base = datetime(2025, 1, 1, tzinfo=UTC)
+    updated = {"a": base + timedelta(hours=3),
+               "b": (base + timedelta(hours=1, microseconds=5)).astimezone(
+                   timezone(timedelta(hours=-5))),
+               "c": base + timedelta(hours=2, seconds=1)}
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("CREATE TABLE migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+        for statement in statements:
+            assert isinstance(statement, str)
+            conn.execute(statement)
+        conn.execute("INSERT INTO migrations VALUES ('m001_initial', "
+                     "'2025-01-01T00:00:00.000000+00:00')")
+        for sid, when in updated.items():  # as the first release wrote them
+            session = Session(id=sid, created_at=base, updated_at=when, root_id=sid)
+            conn.execute("INSERT INTO sessions (version, created_at, user, parent_id, root_id, "
+                         "expires_at, payload, tenant, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         (0, base.isoformat(), None, None, sid, None,
+                          msgspec.json.encode(session).decode(), "default", sid))
+    conn.close()
+    store = SQLiteStore(path, counter="approx")
+    assert [n for n, _ in migrations(path)] == ["m001_initial", "m002_updated_at"]
+    assert [s.id for s in store.list_sessions(order="recent").items] == ["a", "c", "b"]
+    stored = dict(store._conn.execute("SELECT id, updated_at FROM sessions").fetchall())
+    assert stored == {sid: recent_key(store.get_session(sid)) for sid in updated}
+    store.append("b", [Message.user("news")])  # kept in step from now on
+    assert [s.id for s in store.list_sessions(order="recent").items] == ["b", "a", "c"]
+    page = store.list_sessions(order="recent", limit=2)
+    rest = store.list_sessions(order="recent", limit=2, cursor=page.next_cursor)
+    assert [s.id for s in page.items + rest.items] == ["b", "a", "c"]
+    assert [s.id for s in store.list_sessions(query="NEWS").items] == ["b"]
+    store.close()
+
+
+def test_listing_plans_use_an_index(tmp_path: Path) -> None:
+    store = _filled(tmp_path)
+    listing = ("SELECT payload FROM sessions WHERE tenant = ? AND (updated_at, id) < (?, ?) "
+               "ORDER BY updated_at DESC, id DESC LIMIT ?")
+    for analyzed in (False, True):
+        if analyzed:
+            store._conn.execute("ANALYZE")
+        plan = [row[3] for row in store._conn.execute(
+            "EXPLAIN QUERY PLAN " + listing, ("default", "9", "z", 10))]
+        assert plan == ["SEARCH sessions USING INDEX sessions_by_updated "
+                        "(tenant=? AND (updated_at,id)<(?,?))"], plan
+        plan = [row[3] for row in store._conn.execute(
+            "EXPLAIN QUERY PLAN " + sqlite_module.MATCHING, ('["a", "b"]', "default", "%x%"))]
+        assert any(p.startswith("SEARCH m USING PRIMARY KEY (tenant=? AND session_id=?)")
+                   for p in plan), plan
+        assert not any(p.startswith("SCAN m") or "TEMP B-TREE" in p for p in plan), plan
+    store.close()
 
 
 def test_connection_settings(tmp_path: Path) -> None:

@@ -13,9 +13,11 @@ from __future__ import annotations
 import hashlib
 import struct
 import sys
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -90,7 +92,8 @@ def seed_store(store: SQLiteStore) -> Seeded:
     store.append("markdown-alt", [Message.assistant("Use `sorted(words, key=len)`. Done.")],
                  tenant=t)
 
-    store.create_session("tools", tenant=t, metadata={"title": "Weather with tools"})
+    store.create_session("tools", tenant=t, metadata={"title": "Weather with tools",
+                                                      "topic": "weather"})
     store.append("tools", [
         Message.user("What's the weather in Paris and in Atlantis?"),
         Message.assistant("", [{"id": "call_paris", "name": "get_weather",
@@ -133,6 +136,16 @@ def seed_store(store: SQLiteStore) -> Seeded:
     store.create_session("secret", tenant="rival", metadata={"title": "Rival plans"})
     store.append("secret", [Message.user("rival secret: launch on friday")], tenant="rival")
     return Seeded(keys, hashlib.sha256(image).hexdigest(), replaced)
+
+
+def wait_until(page: Any, predicate: str, arg: Any = None, timeout: int = 10_000) -> None:
+    """Poll ``predicate`` (a JS function) until it is truthy. (Playwright's
+    wait_for_function polls with eval, which the viewer's CSP forbids.)"""
+    deadline = time.monotonic() + timeout / 1000
+    while not page.evaluate(predicate, arg):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still false after {timeout} ms: {predicate}")
+        page.wait_for_timeout(50)
 
 
 def plan_window(url: str, key: str) -> None:

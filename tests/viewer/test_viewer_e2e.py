@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from seed import XSS_TEXT
+from seed import XSS_TEXT, wait_until
 
 WAIT = 10_000  # ms: generous for a loaded 2-core machine; a wait, not a timing assertion
 
 
 def titles(page: Any) -> list[str]:
-    page.wait_for_selector(".session-row", timeout=WAIT)
-    page.wait_for_function("() => document.querySelector('.list-status').textContent.length > 0")
+    page.wait_for_selector(".session-row")
+    wait_until(page, "() => document.querySelector('.list-status').textContent.length > 0")
     return page.locator(".session-row .session-title").all_inner_texts()
 
 
@@ -22,7 +22,7 @@ def test_key_dialog_then_list_of_this_tenant_only(open_page: Any, site: Any) -> 
     view = open_page(tenant=None)
     page = view.open("#/")
     dialog = page.locator("#key-dialog")
-    dialog.wait_for(state="visible", timeout=WAIT)
+    dialog.wait_for(state="visible")
     page.fill("#key-input", site.key("acme"))
     page.click("#key-save")
     shown = titles(page)
@@ -46,26 +46,27 @@ def test_list_sorted_by_last_activity_and_searchable(open_page: Any, site: Any) 
     assert titles(page)[0] == "A picture and a file"  # the newest activity first
     page.fill("input.search", "atlantis")
     page.press("input.search", "Enter")
-    page.wait_for_function("() => location.hash.includes('q=atlantis')")
-    page.wait_for_function("() => document.querySelectorAll('.session-row').length === 1",
-                           timeout=WAIT)
+    wait_until(page, "() => location.hash.includes('q=atlantis')")
+    wait_until(page, "() => document.querySelectorAll('.session-row').length === 1")
     assert titles(page) == ["Weather with tools"]
     view.shot("list-search")
     # a metadata filter
-    page.goto(f"{site.url}/#/?meta=topic%3Dpython")
-    page.wait_for_function("() => document.querySelectorAll('.session-row').length === 1",
-                           timeout=WAIT)
-    assert titles(page) == ["Sorting in Python"]
+    page.goto(f"{site.url}/#/?meta=topic%3Dweather")
+    wait_until(page, "() => document.querySelectorAll('.session-row').length === 1")
+    assert titles(page) == ["Weather with tools"]
+    page.goto(f"{site.url}/#/?meta=topic%3Dpython")  # a fork keeps its parent's metadata
+    wait_until(page, "() => document.querySelectorAll('.session-row').length === 2")
+    assert titles(page) == ["Sorting in Python"] * 2
     # another tenant's text is never found
     page.goto(f"{site.url}/#/?q=rival%20secret")
-    page.wait_for_selector("text=No session matches.", timeout=WAIT)
+    page.wait_for_selector("text=No session matches.")
 
 
 def test_open_a_session_renders_markdown(open_page: Any, site: Any) -> None:
     view = open_page()
     page = view.open("#/")
     page.click(".session-row[data-session-id='markdown'] a")
-    page.wait_for_selector(".msg.role-assistant", timeout=WAIT)
+    page.wait_for_selector(".msg.role-assistant")
     assert page.evaluate("location.hash") == "#/s/markdown"
     body = page.locator(".msg.role-assistant .md")
     assert body.locator("h3").inner_text() == "Sorting in Python"
@@ -115,9 +116,9 @@ def test_tool_calls_paired_with_results(open_page: Any) -> None:
 def test_image_inline_and_file_as_named_link(open_page: Any, site: Any) -> None:
     view = open_page()
     page = view.open("#/s/image")
-    page.wait_for_function(
+    wait_until(page,
         "() => { const i = document.querySelector('figure.image img');"
-        " return i && i.complete && i.naturalWidth > 0; }", timeout=WAIT)
+        " return i && i.complete && i.naturalWidth > 0; }")
     size = page.evaluate("() => { const i = document.querySelector('figure.image img');"
                          " return [i.naturalWidth, i.naturalHeight, i.src.slice(0, 5)]; }")
     assert size == [48, 32, "blob:"]
@@ -134,7 +135,7 @@ def test_image_inline_and_file_as_named_link(open_page: Any, site: Any) -> None:
 def test_hostile_content_renders_as_text(open_page: Any) -> None:
     view = open_page()
     page = view.open("#/s/xss")
-    page.wait_for_selector(".msg.role-assistant", timeout=WAIT)
+    page.wait_for_selector(".msg.role-assistant")
     page.wait_for_timeout(300)  # anything that could fire (onerror, onload) has had its chance
     assert page.evaluate("window.__xss") is None
     text = page.locator(".msg.role-user .msg-body").inner_text()
@@ -155,7 +156,7 @@ def test_hostile_content_renders_as_text(open_page: Any) -> None:
 def test_context_window_bar_summary_and_filter(open_page: Any, site: Any) -> None:
     view = open_page()
     page = view.open("#/s/long")
-    page.wait_for_selector(".kv-bar .kv-seg", timeout=WAIT)
+    page.wait_for_selector(".kv-bar .kv-seg")
     state = site.store.get_session("long", tenant="acme").state["chathistory.window"]
     assert page.locator(".kv-seg").count() == len(state["layout"])
     assert page.locator(".kv-seg.pinned").count() == len(state["pinned"])
@@ -174,16 +175,16 @@ def test_context_window_bar_summary_and_filter(open_page: Any, site: Any) -> Non
     assert links.count() == len(site.seeded.summary_of)
     links.nth(2).click()
     target = page.locator(f".msg[data-id='{site.seeded.summary_of[2]}']")
-    page.wait_for_function(
+    wait_until(page,
         "id => document.querySelector(`.msg[data-id='${id}']`).classList.contains('flash')",
-        arg=site.seeded.summary_of[2], timeout=WAIT)
+        arg=site.seeded.summary_of[2])
     assert "marked" in target.locator(".kv-badge").inner_text()
     # a click on a bar segment goes to its message
     last_id = state["layout"][-1][0]
     page.locator(f".kv-seg[data-id='{last_id}']").click()
-    page.wait_for_function(
+    wait_until(page,
         "id => document.querySelector(`.msg[data-id='${id}']`)?.classList.contains('flash')",
-        arg=last_id, timeout=WAIT)
+        arg=last_id)
     # only what the model sees
     page.check(".only-window input")
     visible = page.evaluate("[...document.querySelectorAll('.msg')]"
@@ -199,14 +200,14 @@ def test_switch_branch(open_page: Any) -> None:
     tree.wait_for(timeout=WAIT)
     assert tree.locator("a.current").inner_text().startswith("Sorting in Python")
     tree.locator("li[data-session-id='markdown-alt'] > a").click()
-    page.wait_for_function("() => location.hash === '#/s/markdown-alt'")
-    page.wait_for_selector(".fork-divider", timeout=WAIT)
+    wait_until(page, "() => location.hash === '#/s/markdown-alt'")
+    page.wait_for_selector(".fork-divider")
     assert "Done." in page.locator(".msg.role-assistant").last.inner_text()
     assert page.locator(".msg").count() == 3
     assert page.locator(".branches a.current").get_attribute("href") == "#/s/markdown-alt"
     view.shot("session-branch")
     page.locator(".fork-divider a").click()
-    page.wait_for_function("() => location.hash === '#/s/markdown'")
+    wait_until(page, "() => location.hash === '#/s/markdown'")
 
 
 def test_other_tenant_sees_nothing_of_acme(open_page: Any) -> None:
@@ -229,7 +230,7 @@ def test_phone_sized_window(open_page: Any) -> None:
     view.shot("list-phone")
     for session in ("markdown", "tools", "long"):
         page.goto(page.url.split("#")[0] + f"#/s/{session}")
-        page.wait_for_selector(".msg", timeout=WAIT)
+        page.wait_for_selector(".msg")
         assert page.evaluate(fits), f"{session} scrolls sideways on a phone"
         view.shot(f"session-{session}-phone", full_page=False)
     # on a phone the window panel comes before the conversation

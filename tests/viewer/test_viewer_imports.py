@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from seed import wait_until
 from serverkit import LiveServer
 
 from chathistory.server.app import create_app
@@ -53,14 +54,14 @@ def test_every_imported_conversation_reads(browser: Any, imported: Any, width: i
     try:
         page.goto(f"{url}/#/")
         page.wait_for_selector(".session-row", timeout=WAIT)
-        page.wait_for_function("() => !document.querySelector('.list-status')"
-                               ".textContent.includes('Loading')", timeout=WAIT)
+        wait_until(page, "() => !document.querySelector('.list-status')"
+                   ".textContent.includes('Loading')")
         assert page.locator(".session-row").count() == len(sessions)
         for session in sessions:
             page.goto(f"{url}/#/s/{session.id}")
             page.wait_for_selector(".msg", timeout=WAIT)
-            page.wait_for_function("() => document.querySelector('.list-status')"
-                                   ".textContent === ''", timeout=WAIT)
+            wait_until(page, "() => document.querySelector('.list-status')"
+                       ".textContent === ''")
             shown = page.locator(".msg").count()
             live = len(store.range(session.id, include_marked=True))
             assert shown == live, session.id

@@ -19,10 +19,11 @@ from ._common import (
 )
 from ._output import Column, number, print_json, print_table
 
-HELP = "list sessions, oldest first (a page at a time, or --all)"
+HELP = "list sessions, oldest first or --recent first (a page at a time, or --all)"
 EPILOG = """\
 examples:
   chathistory sessions
+  chathistory sessions --recent --search "invoice"
   chathistory sessions --limit 20 --metadata source=chatgpt
   chathistory sessions --all --json | jq -r '.items[].id'
 """
@@ -38,6 +39,11 @@ def register(commands: Any) -> None:
     parser.add_argument("--metadata", action="append", metavar="KEY=VALUE", default=[],
                         help="only sessions whose metadata has KEY equal to VALUE (a JSON "
                              "value, else a string); repeat for several")
+    parser.add_argument("--recent", action="store_true",
+                        help="last changed first (default: oldest created first)")
+    parser.add_argument("--search", metavar="TEXT",
+                        help="only sessions whose id, metadata or messages contain TEXT "
+                             "(ASCII letters case-insensitive)")
     parser.add_argument("--json", action="store_true",
                         help='print {"items": [session...], "next_cursor": ...}')
     add_store_option(parser)
@@ -84,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         while True:
             page = store.list_sessions(user=args.user, metadata=metadata or None,
-                                       limit=args.limit, cursor=cursor, **tenant_kwargs(args))
+                                       limit=args.limit, cursor=cursor,
+                                       order="recent" if args.recent else "created",
+                                       query=args.search or None, **tenant_kwargs(args))
             items.extend(page.items)
             cursor = page.next_cursor
             if not args.all or cursor is None:

@@ -9,7 +9,9 @@ need not be re-tokenized.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from enum import IntEnum, StrEnum
@@ -278,8 +280,8 @@ class Message(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
         """Check the rules; return ``self`` or raise ``InvalidMessage`` naming the field."""
         if not isinstance(self.id, str) or not self.id or "\x00" in self.id:
             raise InvalidMessage("id must be a non-empty string without NUL", "$.id")
-        if not isinstance(self.role, str) or not self.role.strip():
-            raise InvalidMessage("role must be a non-empty string", "$.role")
+        if not isinstance(self.role, str) or not self.role.strip() or "\x00" in self.role:
+            raise InvalidMessage("role must be a non-empty string without NUL", "$.role")
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             raise InvalidMessage("name must be a non-empty string or null", "$.name")
         if not isinstance(self.parts, list):
@@ -315,8 +317,8 @@ class Message(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
 
 
 def _check_tool_call(part: ToolCall, path: str) -> None:
-    if not isinstance(part.id, str) or not part.id:
-        raise InvalidMessage("a tool call needs a non-empty id", path + ".id")
+    if not isinstance(part.id, str) or not part.id or "\x00" in part.id:
+        raise InvalidMessage("a tool call needs a non-empty id without NUL", path + ".id")
     if not isinstance(part.name, str) or not part.name:
         raise InvalidMessage("a tool call needs a non-empty name", path + ".name")
     if not isinstance(part.arguments, dict):
@@ -324,8 +326,9 @@ def _check_tool_call(part: ToolCall, path: str) -> None:
 
 
 def _check_tool_result(part: ToolResult, path: str) -> None:
-    if not isinstance(part.call_id, str) or not part.call_id:
-        raise InvalidMessage("a tool result must name the call_id it answers", path + ".call_id")
+    if not isinstance(part.call_id, str) or not part.call_id or "\x00" in part.call_id:
+        raise InvalidMessage("a tool result must name the call_id it answers (without NUL)",
+                             path + ".call_id")
     if isinstance(part.content, list):
         for j, item in enumerate(part.content):
             sub = f"{path}.content[{j}]"
@@ -337,6 +340,7 @@ def _check_tool_result(part: ToolResult, path: str) -> None:
         raise InvalidMessage("content must be a string or a list of parts", path + ".content")
 
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _PART_MODALITY = {ImagePart: ("image",), AudioPart: ("audio",),
                   FilePart: ("document", "video", "image", "audio")}
 
@@ -368,5 +372,9 @@ def _check_media(part: MediaPart, path: str) -> None:
             f"a {type(part).__name__} cannot hold {modality} media ({att.mime_type})",
             apath + ".mime_type",
         )
-    if len(att.sha256) != 64:
-        raise InvalidMessage("sha256 must be 64 hex digits", apath + ".sha256")
+    if not isinstance(att.sha256, str) or not _SHA256.fullmatch(att.sha256):
+        raise InvalidMessage("sha256 must be 64 lowercase hex digits", apath + ".sha256")
+    # content addressing: stored bytes must be what their name says, or a later message
+    # with the real bytes would be served these (the first write of a digest wins)
+    if att.data is not None and hashlib.sha256(att.data).hexdigest() != att.sha256:
+        raise InvalidMessage("sha256 does not match the attached bytes", apath + ".sha256")

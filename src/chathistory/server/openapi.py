@@ -30,6 +30,11 @@ _ERRORS = {
 }
 
 
+_BINARY = {"application/octet-stream", "*/*"}
+_EMPTY_ALLOWED = {"application/x-ndjson"}
+"""Raw bodies that may be empty: an empty NDJSON stream is an empty import."""
+
+
 def _types(routes: Sequence[Endpoint]) -> list[Any]:
     found: list[Any] = list(RESPONSE_TYPES)
     for route in routes:
@@ -43,7 +48,7 @@ def _types(routes: Sequence[Endpoint]) -> list[Any]:
 def _content(kind: Any, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any]:
     if isinstance(kind, str):
         schema: dict[str, Any] = {"type": "string"}
-        if kind == "application/octet-stream":
+        if kind in _BINARY:
             schema["format"] = "binary"
         return {kind: {"schema": schema}}
     return {"application/json": {"schema": schemas[kind]}}
@@ -90,7 +95,7 @@ def document(routes: Sequence[Endpoint]) -> dict[str, Any]:
         if route.public:
             operation["security"] = []
         if route.body is not None:
-            operation["requestBody"] = {"required": True,
+            operation["requestBody"] = {"required": route.body not in _EMPTY_ALLOWED,
                                         "content": _content(route.body, schemas)}
         paths.setdefault(route.path, {})[route.method.lower()] = operation
     return {

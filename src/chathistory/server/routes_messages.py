@@ -61,8 +61,8 @@ async def append(ctx: Context) -> Response:
 
 def _exactly_one_selector(ctx: Context) -> str:
     params = ctx.request.query_params
-    given = [name for name in ("tail", "max_tokens", "start") if params.get(name)]
-    if params.get("stop") and "start" not in given:
+    given = [name for name in ("tail", "max_tokens", "start") if name in params]
+    if "stop" in params and "start" not in given:
         given.append("start")
     if len(given) != 1:
         raise ValueError("give exactly one selector: tail=N, max_tokens=N, or start=I[&stop=J]")

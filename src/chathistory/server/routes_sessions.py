@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 from starlette.responses import Response
@@ -17,10 +17,12 @@ from .wire import (
     JSON_TYPE,
     encode_session,
     if_match,
+    location,
     query_bool,
     query_int,
     query_json_value,
     session_response,
+    url_safe_id,
 )
 
 __all__ = ["ROUTES", "guarded"]
@@ -49,22 +51,31 @@ def _sessions_json(sessions: list[Session]) -> bytes:
 
 async def create_session(ctx: Context) -> Response:
     body = await ctx.json(CreateSessionBody)
+    url_safe_id(body.id, "$.id")
     session = await run(ctx.store.create_session, body.id, tenant=ctx.tenant, user=body.user,
                         metadata=body.metadata, state=body.state, ttl=body.ttl_seconds)
     response = session_response(session, 201)
-    response.headers["Location"] = f"/v1/sessions/{session.id}"
+    response.headers["Location"] = location("/v1/sessions/{}", session.id)
     return response
+
+
+_ORDERS = ("created", "recent")
 
 
 async def list_sessions(ctx: Context) -> Response:
     request = ctx.request
     limit = query_int(request, "limit", 50, low=1, high=1000)
     assert limit is not None
+    raw_order = request.query_params.get("order") or "created"
+    if raw_order not in _ORDERS:
+        raise InvalidMessage(f"order must be one of {', '.join(_ORDERS)}", "order")
+    order: Literal["created", "recent"] = "recent" if raw_order == "recent" else "created"
     metadata = {k[len("metadata."):]: query_json_value(v)
                 for k, v in request.query_params.multi_items() if k.startswith("metadata.")}
     page = await run(ctx.store.list_sessions, tenant=ctx.tenant,
                      user=request.query_params.get("user"), metadata=metadata or None,
-                     limit=limit, cursor=request.query_params.get("cursor") or None)
+                     limit=limit, cursor=request.query_params.get("cursor") or None,
+                     order=order, query=request.query_params.get("q") or None)
     cursor = b"null" if page.next_cursor is None else _quote(page.next_cursor)
     return Response(b'{"items":' + _sessions_json(page.items) + b',"next_cursor":' + cursor
                     + b"}", media_type=JSON_TYPE)
@@ -98,6 +109,7 @@ async def delete_session(ctx: Context) -> Response:
 
 async def fork_session(ctx: Context) -> Response:
     body = await ctx.json(ForkBody)
+    url_safe_id(body.new_session_id, "$.new_session_id")
     session = await run(ctx.store.fork, ctx.param("session_id"), body.at_message_id,
                         tenant=ctx.tenant, new_session_id=body.new_session_id)
     return session_response(session, 201)
@@ -122,10 +134,17 @@ async def lineage(ctx: Context) -> Response:
 ROUTES = [
     Endpoint("POST", "/v1/sessions", create_session, "Create a session", body=CreateSessionBody,
              responses={201: Session}),
-    Endpoint("GET", "/v1/sessions", list_sessions, "List sessions, oldest first",
+    Endpoint("GET", "/v1/sessions", list_sessions,
+             "List sessions: oldest first, or last changed first; filter, search",
              responses={200: SessionPage},
              query=(Param("limit", "integer", "1 to 1000 (default 50)"),
-                    Param("cursor", description="next_cursor of the previous page"),
+                    Param("cursor", description="next_cursor of the previous page (given "
+                          "with the same order)"),
+                    Param("order", description="created (default): oldest created first; "
+                          "recent: last changed (updated_at) first"),
+                    Param("q", description="only sessions whose id, a metadata value (as "
+                          "JSON) or one of their own messages (as stored JSON) contains this "
+                          "text; ASCII letters case-insensitive. Scans: see docs/stores.md"),
                     Param("user", description="only this user's sessions"),
                     Param("metadata.{key}", description="only sessions whose metadata has "
                           "this value (JSON, or a plain string)"))),

@@ -31,7 +31,11 @@ MAX_MESSAGES_PER_APPEND = 10_000
 MAX_PARTS_PER_MESSAGE = 1_000
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
+NewId = Annotated[str, msgspec.Meta(min_length=1, max_length=200,
+                                    description="an id for URLs: no '/', not '.' or '..'")]
+MAX_TTL_SECONDS = 100 * 366 * 86400
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_TTL_SECONDS)]
+"""A TTL: at most 100 years (a date past the year 9999 cannot be stored)."""
 Count = Annotated[int, msgspec.Meta(ge=0)]
 Positive = Annotated[int, msgspec.Meta(gt=0)]
 
@@ -41,7 +45,7 @@ class _Body(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defau
 
 
 class CreateSessionBody(_Body):
-    id: Id | None = None
+    id: NewId | None = None
     user: str | None = None
     metadata: dict[str, Any] | None = None
     state: dict[str, Any] | None = None
@@ -56,7 +60,7 @@ class UpdateSessionBody(_Body):
 
 class ForkBody(_Body):
     at_message_id: Id | None = None
-    new_session_id: Id | None = None
+    new_session_id: NewId | None = None
 
 
 class EditBody(_Body):

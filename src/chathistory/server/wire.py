@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import msgspec
 from starlette.requests import Request
@@ -23,10 +24,12 @@ __all__ = [
     "etag",
     "if_match",
     "json_response",
+    "location",
     "query_bool",
     "query_int",
     "read_body",
     "session_response",
+    "url_safe_id",
 ]
 
 T = TypeVar("T")
@@ -126,12 +129,20 @@ def if_match(request: Request) -> int | None:
     return int(text)
 
 
+def _query_one(request: Request, name: str) -> str | None:
+    """The value of a query parameter that may be given once (given twice is ambiguous)."""
+    values = request.query_params.getlist(name)
+    if len(values) > 1:
+        raise ValueError(f"query parameter {name} is given {len(values)} times; give it once")
+    return values[0] if values else None
+
+
 def query_int(request: Request, name: str, default: int | None = None, *, low: int = 0,
               high: int = 2**53) -> int | None:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    raw = _query_one(request, name)
+    if raw is None:
         return default
-    try:
+    try:  # "?tail=" is not an integer either
         value = int(raw)
     except ValueError:
         raise ValueError(f"query parameter {name} must be an integer") from None
@@ -141,8 +152,8 @@ def query_int(request: Request, name: str, default: int | None = None, *, low: i
 
 
 def query_bool(request: Request, name: str, default: bool = False) -> bool:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    raw = _query_one(request, name)
+    if raw is None:
         return default
     lowered = raw.lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -159,6 +170,20 @@ def query_json_value(raw: str) -> Any:
         return msgspec.json.decode(raw)
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         return raw
+
+
+def url_safe_id(value: str | None, path: str) -> str | None:
+    """``value`` if it can be a segment of the API's URLs: no ``/``, not ``.`` or ``..``
+    (else a client could create a session it can never reach again)."""
+    if value is not None and ("/" in value or value in (".", "..")):
+        raise InvalidMessage("an id used in URLs may not contain '/' nor be '.' or '..'", path)
+    return value
+
+
+def location(path: str, *ids: str) -> str:
+    """``path`` with ``{}`` filled by ``ids``, percent-encoded: a ``Location`` header
+    (an id may hold spaces, non-ASCII or control characters that a header cannot)."""
+    return path.format(*(quote(i, safe="") for i in ids))
 
 
 def rerooted(exc: InvalidMessage, prefix: str) -> InvalidMessage:

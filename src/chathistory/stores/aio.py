@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from ..model import KVStatus, Message
 from ..tokens import TokenCounter
@@ -40,9 +40,12 @@ class AsyncStoreAdapter:
 
     async def list_sessions(self, *, tenant: str = DEFAULT_TENANT, user: str | None = None,
                             metadata: Mapping[str, Any] | None = None, limit: int = 50,
-                            cursor: str | None = None) -> Page[Session]:
+                            cursor: str | None = None,
+                            order: Literal["created", "recent"] = "created",
+                            query: str | None = None) -> Page[Session]:
         return await asyncio.to_thread(self.store.list_sessions, tenant=tenant, user=user,
-                                       metadata=metadata, limit=limit, cursor=cursor)
+                                       metadata=metadata, limit=limit, cursor=cursor,
+                                       order=order, query=query)
 
     async def update_session(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
                              metadata: dict[str, Any] | None = None,

@@ -19,7 +19,7 @@ import msgspec
 
 from ..errors import Conflict, InvalidMessage, NotFound
 from ..model import KVStatus, Message, new_id
-from .engine import Engine, _check_id, _message_decoder
+from .engine import Engine, _check_id, _check_user, _message_decoder
 from .model import DEFAULT_TENANT, Session, utcnow
 from .protocol import AppendTxn, Store
 
@@ -284,6 +284,8 @@ class BaseStore(Engine):
         return added + flush()
 
     def _import_session(self, session: Session, tenant: str) -> None:
+        _check_id(session.id, "session_id")  # as create_session would
+        _check_user(session.user)
         if session.parent_id is not None and session.fork_seq:
             parent = self._b_get_session(tenant, session.parent_id)
             if parent is None:

@@ -13,9 +13,10 @@ so one tenant can never name another's session.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -27,7 +28,7 @@ from ..tokens import TokenCounter, cached_count, get_counter
 from .model import DEFAULT_TENANT, Page, Row, Session, utcnow
 from .protocol import AppendTxn
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "recent_key"]
 
 _KEPT = frozenset({"system", "developer"})
 _message_decoder = msgspec.json.Decoder(Message)
@@ -39,9 +40,12 @@ def _ttl_deadline(ttl: timedelta | float | None) -> datetime | None:
     if ttl is None:
         return None
     seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
-    if seconds <= 0:
+    if not seconds > 0:  # NaN too
         raise ValueError("ttl must be positive")
-    return utcnow() + timedelta(seconds=seconds)
+    try:
+        return utcnow() + timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"ttl of {seconds:g} seconds ends after the year 9999") from None
 
 
 def _check_id(value: str, field: str) -> str:
@@ -49,6 +53,11 @@ def _check_id(value: str, field: str) -> str:
         raise InvalidMessage(f"{field} must be a non-empty string of at most 200 characters "
                              "without NUL", f"$.{field}")
     return value
+
+
+def _check_user(user: str | None) -> None:
+    if user is not None and (not isinstance(user, str) or "\x00" in user):
+        raise InvalidMessage("user must be a string without NUL", "$.user")
 
 
 class Engine:
@@ -72,8 +81,15 @@ class Engine:
         raise NotImplementedError
 
     def _b_list_sessions(self, tenant: str, after: tuple[str, str] | None, limit: int,
-                         user: str | None) -> list[Session]:
-        """Sessions of ``tenant`` ordered by ``(created_at ISO string, id)``, after ``after``."""
+                         user: str | None, *, recent: bool = False) -> list[Session]:
+        """Sessions of ``tenant`` ordered by ``(created_at.isoformat(), id)`` ascending,
+        after ``after``; with ``recent``, by ``(recent_key(s), id)`` descending, below
+        ``after``. Expired sessions may be included (the engine drops them)."""
+        raise NotImplementedError
+
+    def _b_matching(self, tenant: str, session_ids: Sequence[str], needle: str) -> set[str]:
+        """Of ``session_ids``, those with an own row whose stored JSON contains
+        ``needle`` (ASCII letters compared case-insensitively, everything else exactly)."""
         raise NotImplementedError
 
     def _b_children(self, tenant: str, session_id: str) -> list[Session]:
@@ -161,6 +177,7 @@ class Engine:
         """A new empty session; ``Conflict`` when the id is taken in this tenant."""
         sid = _check_id(session_id or new_id(), "session_id")
         _check_id(tenant, "tenant")
+        _check_user(user)
         now = utcnow()
         session = Session(id=sid, tenant=tenant, user=user, metadata=dict(metadata or {}),
                           state=dict(state or {}), created_at=now, updated_at=now,
@@ -179,29 +196,45 @@ class Engine:
 
     def list_sessions(self, *, tenant: str = DEFAULT_TENANT, user: str | None = None,
                       metadata: Mapping[str, Any] | None = None, limit: int = 50,
-                      cursor: str | None = None) -> Page[Session]:
-        """Sessions oldest first, ``limit`` at a time; pass ``next_cursor`` for more.
-        ``metadata`` keeps sessions whose metadata has those keys with those values."""
+                      cursor: str | None = None, order: Literal["created", "recent"] = "created",
+                      query: str | None = None) -> Page[Session]:
+        """Sessions ``limit`` at a time; pass ``next_cursor`` for more (a cursor is only
+        good for the ``order`` that made it: another raises ``ValueError``).
+
+        ``order="created"``: oldest created first; ``"recent"``: last changed
+        (``updated_at``) first, ties by id descending. ``metadata`` keeps sessions
+        whose metadata has those keys with those values. ``query`` keeps sessions
+        whose id, a metadata value (as JSON text) or the stored JSON of one of their
+        own messages contains it, ASCII letters case-insensitively (a fork is found
+        by its own messages; a match in a shared prefix lists the session that owns it).
+        """
         if not 1 <= limit <= 1000:
             raise ValueError("limit must be between 1 and 1000")
-        after = _parse_cursor(cursor)
+        if order not in ("created", "recent"):
+            raise ValueError(f"order must be 'created' or 'recent', not {order!r}")
+        recent = order == "recent"
+        after = _parse_cursor(cursor, order)
+        needle = _Needle(query) if query else None
+        size = limit if needle is None else max(limit, 100)  # a search reads larger batches
         out: list[Session] = []
         now = utcnow()
-        while len(out) < limit:
-            batch = self._b_list_sessions(tenant, after, limit, user)
-            for s in batch:
-                after = (s.created_at.isoformat(), s.id)
-                if s.is_expired(now):
-                    continue
-                if metadata and any(s.metadata.get(k) != v for k, v in metadata.items()):
-                    continue
+        while True:
+            batch = self._b_list_sessions(tenant, after, size, user, recent=recent)
+            kept = [s for s in batch if not s.is_expired(now) and (
+                not metadata or all(s.metadata.get(k) == v for k, v in metadata.items()))]
+            if needle is not None and kept:
+                found = {s.id for s in kept if needle.in_session(s)}
+                rest = [s.id for s in kept if s.id not in found]
+                if rest:
+                    found |= self._b_matching(tenant, rest, needle.json)
+                kept = [s for s in kept if s.id in found]
+            for s in kept:
                 out.append(s)
                 if len(out) == limit:
-                    break
-            if len(batch) < limit:
+                    return Page(items=out, next_cursor=_make_cursor(order, s))
+            if len(batch) < size:
                 return Page(items=out, next_cursor=None)
-        last = out[-1]
-        return Page(items=out, next_cursor=f"{last.created_at.isoformat()}|{last.id}")
+            after = _order_key(batch[-1], recent)
 
     def update_session(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
                        metadata: dict[str, Any] | None = None,
@@ -673,13 +706,66 @@ def _usable(group: Sequence[Row], include_marked: bool) -> bool:
     return not any(r.orphan or (not include_marked and r.status != loaded) for r in group)
 
 
-def _parse_cursor(cursor: str | None) -> tuple[str, str] | None:
+def recent_key(session: Session) -> str:
+    """``updated_at`` as fixed-width UTC text: the ``order="recent"`` key every
+    backend stores and compares (text order is time order)."""
+    return session.updated_at.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _order_key(session: Session, recent: bool) -> tuple[str, str]:
+    if recent:
+        return recent_key(session), session.id
+    return session.created_at.isoformat(), session.id
+
+
+_cursor_decoder = msgspec.json.Decoder(tuple[str, str, str])
+
+
+def _make_cursor(order: str, session: Session) -> str:
+    """An opaque cursor: base64url of ``[order, key, id]``."""
+    key, sid = _order_key(session, order == "recent")
+    return base64.urlsafe_b64encode(msgspec.json.encode((order, key, sid))).decode().rstrip("=")
+
+
+def _parse_cursor(cursor: str | None, order: str) -> tuple[str, str] | None:
     if not cursor:
         return None
-    created, sep, sid = cursor.partition("|")
-    if not sep:
-        raise ValueError(f"bad cursor {cursor!r}")
-    return created, sid
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        made_for, key, sid = _cursor_decoder.decode(raw)
+    except (ValueError, msgspec.DecodeError):
+        created, sep, sid = cursor.partition("|")
+        if sep and created[:1].isdigit():  # the cursor of older releases: created order
+            made_for, key = "created", created
+        else:
+            raise ValueError(f"bad cursor {cursor!r}") from None
+    if made_for != order:
+        raise ValueError(f"this cursor is for order={made_for}, not order={order}")
+    return key, sid
+
+
+def like_pattern(needle: str) -> str:
+    """A SQL ``LIKE ... ESCAPE '\\'`` pattern: ``needle`` anywhere, taken literally."""
+    escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+class _Needle:
+    """A search text: the raw bytes (matched against ids) and the JSON string body
+    (matched against stored JSON), ASCII-lowercased like SQL ``LIKE``."""
+
+    __slots__ = ("json", "raw", "raw_json")
+
+    def __init__(self, query: str) -> None:
+        if not isinstance(query, str):
+            raise ValueError("query must be a string")
+        self.json = msgspec.json.encode(query)[1:-1].decode()
+        self.raw = query.encode().lower()  # bytes.lower(): ASCII letters only
+        self.raw_json = self.json.encode().lower()
+
+    def in_session(self, session: Session) -> bool:
+        return self.raw in session.id.encode().lower() or any(
+            self.raw_json in msgspec.json.encode(v).lower() for v in session.metadata.values())
 
 
 def _check_json(value: object, field: str) -> None:

@@ -16,6 +16,7 @@ from typing import TypeVar
 from ..errors import Conflict
 from ..tokens import TokenCounter
 from .base import BaseStore
+from .engine import recent_key
 from .model import Row, Session
 
 __all__ = ["MemoryStore"]
@@ -99,14 +100,23 @@ class MemoryStore(BaseStore):
             return True
 
     def _b_list_sessions(self, tenant: str, after: tuple[str, str] | None, limit: int,
-                         user: str | None) -> list[Session]:
+                         user: str | None, *, recent: bool = False) -> list[Session]:
+        # the simplest correct thing: sort the tenant's sessions on every call
         with self._lock:
             found = [s for (t, _), s in self._sessions.items()
                      if t == tenant and (user is None or s.user == user)]
-        found.sort(key=lambda s: (s.created_at.isoformat(), s.id))
-        if after is not None:
-            found = [s for s in found if (s.created_at.isoformat(), s.id) > after]
-        return found[:limit]
+        if recent:
+            keyed = sorted(((recent_key(s), s.id), s) for s in found)
+            keyed.reverse()
+            return [s for k, s in keyed if after is None or k < after][:limit]
+        keyed = sorted(((s.created_at.isoformat(), s.id), s) for s in found)
+        return [s for k, s in keyed if after is None or k > after][:limit]
+
+    def _b_matching(self, tenant: str, session_ids: Sequence[str], needle: str) -> set[str]:
+        wanted = needle.encode().lower()  # bytes.lower(): ASCII only, like SQL LIKE
+        with self._lock:
+            return {sid for sid in session_ids
+                    if any(wanted in r.data.lower() for r in self._own(tenant, sid))}
 
     def _b_children(self, tenant: str, session_id: str) -> list[Session]:
         with self._lock:

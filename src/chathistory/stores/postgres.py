@@ -19,6 +19,11 @@ UPDATE``): writers to one session queue up, across processes too, while
 different sessions never wait for each other. Acknowledged writes are committed
 transactions, as durable as the server's ``fsync``/``synchronous_commit`` make them.
 
+Sessions are listed by an index range: ``(tenant, created_iso, session_id)``, or
+``(tenant, updated_iso, session_id)`` for ``order="recent"`` (``updated_iso`` is
+``recent_key()``, written with every save). A search (``query=``) is an ``ILIKE``
+over each listed session's messages (see ``_b_matching``): it scans.
+
 Message JSON is kept as ``bytea``, byte for byte what the engine wrote. The
 session is kept as ``json`` (not ``jsonb``, which rewrites ``1e20`` as an
 integer and refuses ``\\u0000``) beside the columns that are searched.
@@ -35,16 +40,19 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 
-from ..errors import Conflict, MissingDependency
+from ..errors import Conflict, InvalidMessage, MissingDependency
 from ..tokens import TokenCounter
 from .base import AppendTxn, BaseStore
+from .engine import like_pattern, recent_key
 from .model import Row, Session
 
 try:
     import psycopg
     from psycopg import errors as pg_errors
+    from psycopg.abc import Buffer
     from psycopg.conninfo import conninfo_to_dict
     from psycopg.rows import args_row
+    from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
     from psycopg_pool import ConnectionPool
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency("psycopg", "postgres") from exc
@@ -52,6 +60,33 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 __all__ = ["MIGRATIONS", "PostgresStore"]
 
 T = TypeVar("T")
+
+
+def _refuse_nul(text: str) -> None:
+    if "\x00" in text:
+        raise InvalidMessage("PostgreSQL text cannot hold NUL (\\u0000): not in an id, "
+                             "a role, a user or a key", "$")
+
+
+class _Text(StrDumperUnknown):
+    """psycopg's own, refusing NUL with ``InvalidMessage`` (a 422) rather than its
+    ``DataError`` (a 500), before anything is sent: a lookup or a write of an id
+    with NUL is bad input, whatever the route. (JSON payloads escape NUL.)"""
+
+    def dump(self, obj: str) -> Buffer | None:
+        _refuse_nul(obj)
+        return super().dump(obj)
+
+
+class _BinaryText(StrBinaryDumper):
+    def dump(self, obj: str) -> Buffer | None:
+        _refuse_nul(obj)
+        return super().dump(obj)
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    conn.adapters.register_dumper(str, _BinaryText)
+    conn.adapters.register_dumper(str, _Text)  # last: the one %s uses, as before
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _CONNECT_TIMEOUT = 3  # seconds: an unreachable server fails the constructor promptly
 _RETRIES = 20  # an append that lost a deadlock is run again, this many times at most
@@ -158,8 +193,25 @@ def _m001_initial(conn: psycopg.Connection[Any], schema: str, partitions: int | 
                          f"FOR VALUES WITH (MODULUS {partitions}, REMAINDER {i})")
 
 
+def _m002_updated_at(conn: psycopg.Connection[Any], schema: str, partitions: int | None
+                     ) -> None:
+    """``updated_iso``: ``recent_key()`` of the session (the ``order="recent"`` key),
+    backfilled from the payload, kept in step on every save."""
+    s = _quote(schema)
+    # the default: a process of the previous release (a rolling upgrade) can still
+    # create sessions; they list last in recent order until their next save
+    conn.execute(f"ALTER TABLE {s}.sessions ADD COLUMN updated_iso text COLLATE \"C\" "
+                 "NOT NULL DEFAULT ''")
+    # the same text as datetime.astimezone(UTC).isoformat(timespec="microseconds")
+    conn.execute(f"UPDATE {s}.sessions SET updated_iso = to_char((payload->>'updated_at')"
+                 "::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"')")
+    conn.execute(f"CREATE INDEX sessions_by_updated ON {s}.sessions "
+                 "(tenant, updated_iso, session_id)")
+
+
 MIGRATIONS: list[tuple[str, Callable[[psycopg.Connection[Any], str, int | None], None]]] = [
     ("m001_initial", _m001_initial),
+    ("m002_updated_at", _m002_updated_at),
 ]
 """Named steps, applied in order, each in one transaction with its record."""
 
@@ -204,21 +256,30 @@ class _Queries:
         m = f"{s}.messages"
         self.insert_session = (
             f"INSERT INTO {s}.sessions (tenant, session_id, created_iso, user_id, parent_id, "
-            "root_id, expires_at, version, payload) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)")
+            "root_id, expires_at, version, updated_iso, payload) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
         self.get_session = f"SELECT payload::text FROM {s}.sessions WHERE {key}"
         self.lock_session = f"{self.get_session} FOR UPDATE"
         self.save_session = (f"UPDATE {s}.sessions SET version = %s, expires_at = %s, "
-                             f"payload = %s WHERE {key}")
+                             f"updated_iso = %s, payload = %s WHERE {key}")
         self.save_if = f"{self.save_session} AND version = %s"
         listing = f"SELECT payload::text FROM {s}.sessions WHERE tenant = %s"
-        order = " ORDER BY created_iso, session_id LIMIT %s"
-        after = " AND (created_iso, session_id) > (%s, %s)"
-        self.list_sessions = {  # by (user given, cursor given): each its own index range
-            (False, False): listing + order,
-            (False, True): listing + after + order,
-            (True, False): listing + " AND user_id = %s" + order,
-            (True, True): listing + " AND user_id = %s" + after + order,
-        }
+        self.list_sessions: dict[tuple[bool, bool, bool], str] = {}
+        for recent in (False, True):  # by (order recent, user given, cursor given)
+            order = (" ORDER BY updated_iso DESC, session_id DESC LIMIT %s" if recent
+                     else " ORDER BY created_iso, session_id LIMIT %s")
+            after = (" AND (updated_iso, session_id) < (%s, %s)" if recent
+                     else " AND (created_iso, session_id) > (%s, %s)")
+            for by_user in (False, True):
+                user = " AND user_id = %s" if by_user else ""
+                self.list_sessions[recent, by_user, False] = listing + user + order
+                self.list_sessions[recent, by_user, True] = listing + user + after + order
+        # a search: for each session (one probe each, as below), its first own row whose
+        # JSON contains the pattern; COLLATE "C" folds ASCII letters only, like SQLite
+        self.matching = (
+            "SELECT k.id FROM unnest(%s::text[]) AS k(id) CROSS JOIN LATERAL "
+            f"(SELECT 1 FROM {s}.messages WHERE tenant = %s AND session_id = k.id "
+            "AND convert_from(data, 'UTF8') COLLATE \"C\" ILIKE %s ESCAPE '\\' LIMIT 1) AS hit")
         self.children = f"{listing} AND parent_id = %s"
         self.tree = f"{listing} AND root_id = %s"
         self.expired = f"SELECT tenant, session_id FROM {s}.sessions WHERE expires_at <= %s"
@@ -312,9 +373,9 @@ class _Queries:
                               f"AND sha256 = ANY(%s) AND {unused}")
 
 
-def _session_params(session: Session) -> tuple[str, int, datetime | None, str]:
+def _session_params(session: Session) -> tuple[str, int, datetime | None, str, str]:
     payload = msgspec.json.encode(session).decode()
-    return session.id, session.version, session.expires_at, payload
+    return session.id, session.version, session.expires_at, recent_key(session), payload
 
 
 def _runs(seqs: Sequence[int]) -> list[tuple[int, int]]:
@@ -355,7 +416,7 @@ class _Txn:
     def write(self, rows: list[Row], calls: dict[str, int], clear: tuple[int, int] | None,
               session: Session, assets: dict[str, tuple[bytes, str]]) -> None:
         q, conn, key = self.q, self.conn, self.key
-        _, version, expires_at, payload = _session_params(session)
+        _, version, expires_at, updated, payload = _session_params(session)
         with conn.pipeline():  # one round trip for all of it
             if clear is not None and clear[0] < clear[1]:
                 conn.execute(q.clear_cuts, (*key, *clear))
@@ -374,7 +435,7 @@ class _Txn:
                 conn.execute(q.keep_asset, (key[0], sha, media_type, data))
             if assets:
                 conn.execute(q.add_refs, (*key, sorted(assets)))
-            conn.execute(q.save_session, (version, expires_at, payload, *key))
+            conn.execute(q.save_session, (version, expires_at, updated, payload, *key))
 
 
 class PostgresStore(BaseStore):
@@ -407,7 +468,7 @@ class PostgresStore(BaseStore):
             migrate(conn, schema, partitions)
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             url, min_size=1, max_size=pool_size, kwargs=options, open=False,
-            name=f"chathistory-{schema}")
+            name=f"chathistory-{schema}", configure=_configure)
         self._pool.open(wait=True, timeout=10)
 
     @classmethod
@@ -457,9 +518,10 @@ class PostgresStore(BaseStore):
     # ---------------------------------------------------------------- sessions
 
     def _b_insert_session(self, session: Session) -> None:
-        sid, version, expires_at, payload = _session_params(session)
+        sid, version, expires_at, updated, payload = _session_params(session)
         params = (session.tenant, sid, session.created_at.isoformat(), session.user,
-                  session.parent_id, session.root_id or sid, expires_at, version, payload)
+                  session.parent_id, session.root_id or sid, expires_at, version, updated,
+                  payload)
         try:
             with self._pool.connection() as conn:
                 conn.execute(self._q.insert_session, params)
@@ -471,21 +533,26 @@ class PostgresStore(BaseStore):
         return found[0] if found else None
 
     def _b_save_session(self, session: Session, expected_version: int) -> bool:
-        sid, version, expires_at, payload = _session_params(session)
+        sid, version, expires_at, updated, payload = _session_params(session)
         with self._pool.connection() as conn:
-            cursor = conn.execute(self._q.save_if, (version, expires_at, payload,
+            cursor = conn.execute(self._q.save_if, (version, expires_at, updated, payload,
                                                     session.tenant, sid, expected_version))
             return cursor.rowcount == 1
 
     def _b_list_sessions(self, tenant: str, after: tuple[str, str] | None, limit: int,
-                         user: str | None) -> list[Session]:
+                         user: str | None, *, recent: bool = False) -> list[Session]:
         params: list[Any] = [tenant]
         if user is not None:
             params.append(user)
         if after is not None:
             params.extend(after)
-        query = self._q.list_sessions[user is not None, after is not None]
+        query = self._q.list_sessions[recent, user is not None, after is not None]
         return self._fetch_sessions(query, [*params, limit])
+
+    def _b_matching(self, tenant: str, session_ids: Sequence[str], needle: str) -> set[str]:
+        found = self._execute(self._q.matching,
+                              (list(session_ids), tenant, like_pattern(needle)))
+        return {sid for (sid,) in found}
 
     def _b_children(self, tenant: str, session_id: str) -> list[Session]:
         return self._fetch_sessions(self._q.children, (tenant, session_id))
@@ -565,7 +632,7 @@ class PostgresStore(BaseStore):
     def _b_truncate(self, tenant: str, session_id: str, seq: int, session: Session,
                     expected_version: int) -> bool:
         key = (tenant, session_id)
-        _, version, expires_at, payload = _session_params(session)
+        _, version, expires_at, updated, payload = _session_params(session)
         with self._pool.connection() as conn, conn.transaction():
             found = _sessions(conn.execute(self._q.lock_session, key))
             if not found or found[0].version != expected_version:
@@ -575,7 +642,7 @@ class PostgresStore(BaseStore):
                 with conn.pipeline():
                     for query in q.clear_all:
                         conn.execute(query, key)
-                    conn.execute(q.save_session, (version, expires_at, payload, *key))
+                    conn.execute(q.save_session, (version, expires_at, updated, payload, *key))
                 return True
             gone = [mid for (mid,) in conn.execute(q.truncate_rows, (*key, seq))]
             with conn.pipeline(), conn.cursor() as cursor:
@@ -583,7 +650,7 @@ class PostgresStore(BaseStore):
                     cursor.executemany(q.truncate_id, [(*key, mid) for mid in gone])
                 cursor.execute(q.truncate_kept, (*key, seq))
                 cursor.execute(q.truncate_calls, (*key, seq))
-                cursor.execute(q.save_session, (version, expires_at, payload, *key))
+                cursor.execute(q.save_session, (version, expires_at, updated, payload, *key))
             return True
 
     # ---------------------------------------------------------------- assets, retention

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..model import KVStatus, Message
 from ..tokens import TokenCounter
@@ -26,7 +26,8 @@ class Store(Protocol):
     def get_session(self, session_id: str, *, tenant: str = ...) -> Session: ...
     def list_sessions(self, *, tenant: str = ..., user: str | None = None,
                       metadata: Mapping[str, Any] | None = None, limit: int = 50,
-                      cursor: str | None = None) -> Page[Session]: ...
+                      cursor: str | None = None, order: Literal["created", "recent"] = ...,
+                      query: str | None = None) -> Page[Session]: ...
     def update_session(self, session_id: str, *, tenant: str = ...,
                        metadata: dict[str, Any] | None = None,
                        state: dict[str, Any] | None = None,

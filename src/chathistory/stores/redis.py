@@ -13,16 +13,23 @@ one cluster slot and its writes are single-slot Lua scripts (atomic)::
     P:{T:S}:refs     set    sha256 of the assets this session's rows use
 
 Tenant-wide indexes carry the tenant's own tag ``P:{T}:...`` (``sessions``,
-``user:U``, ``children:S``, ``tree:R``, ``expiry``, ``assets``, ``asset_types``,
-``refs:SHA``) and ``P:tenants`` lists tenants. ``T``, ``S`` and ``U`` are
-escaped (``%``, ``:``, ``{``, ``}`` as ``%XX``), so no id can reach into another
-key or tag. Index members name the session incarnation (``inc|id``) or its
-creation time, so an entry left by a deleted session never matches a newer
-session of the same id.
+``user:U``, ``recent``, ``recent:U``, ``children:S``, ``tree:R``, ``expiry``,
+``assets``, ``asset_types``, ``refs:SHA``) and ``P:tenants`` lists tenants.
+``T``, ``S`` and ``U`` are escaped (``%``, ``:``, ``{``, ``}`` as ``%XX``), so
+no id can reach into another key or tag. Index members name the session
+incarnation (``inc|id``) or its creation time, so an entry left by a deleted
+session never matches a newer session of the same id.
 
 Cross-slot writes are ordered so a crash leaves only stale index entries,
 which every read filters out, never a missing one: index entries are added
 (idempotently) before the session is written, and removed after it is deleted.
+The ``recent`` order's entries name the session's ``updated_at``, which every
+save changes: a save adds the new entry before it writes and removes the old one
+after (a failed save removes its own entry, unless the session has that time).
+A listing keeps only entries that match the session as stored.
+A search (``list_sessions(query=)``) reads the rows of each listed session
+(``HSCAN``, stopping at the first match): its cost grows with the messages of
+the sessions it passes over.
 An asset is written with its tenant reference before the append that uses it;
 garbage collection removes an asset only when, atomically in the tenant's slot,
 no reference of a live incarnation and epoch is left.
@@ -61,6 +68,7 @@ import msgspec
 from ..errors import Conflict, MissingDependency
 from ..tokens import TokenCounter
 from .base import BaseStore
+from .engine import recent_key
 from .model import Row, Session
 
 __all__ = ["RedisStore"]
@@ -197,6 +205,10 @@ def _order_member(session: Session) -> str:
     return f"{session.created_at.isoformat()}\x00{session.id}"
 
 
+def _recent_member(session: Session) -> str:
+    return f"{recent_key(session)}\x00{session.id}"
+
+
 def _pack(row: Row) -> bytes:
     head = bytes((row.status + 128, 0x31 if row.cut_ok else 0x30))
     return head + _encoder.encode((row.id, row.role, row.data, row.tokens, row.cum_before,
@@ -273,7 +285,8 @@ class _Txn:
         args += list(assets)
         k = self.keys
         keys = [k.session, k.rows, k.ids, k.cum, k.kept, k.calls, k.refs]
-        return bool(store._append_script(keys=keys, args=args))
+        return store._saving(self.session, session,
+                             lambda: bool(store._append_script(keys=keys, args=args)))
 
 
 class RedisStore(BaseStore):
@@ -355,6 +368,9 @@ class RedisStore(BaseStore):
     def _list_key(self, tenant: str, user: str | None) -> str:
         return self._tenant_key(tenant, "sessions" if user is None else f"user:{_esc(user)}")
 
+    def _recent_key(self, tenant: str, user: str | None) -> str:
+        return self._tenant_key(tenant, "recent" if user is None else f"recent:{_esc(user)}")
+
     # ================================================================ sessions
 
     def _load(self, tenant: str, session_ids: Sequence[str]
@@ -377,8 +393,11 @@ class RedisStore(BaseStore):
             ("z", self._list_key(session.tenant, None), order, 0.0),
             ("s", tk(session.tenant, f"tree:{_esc(session.root_id or session.id)}"), member,
              None)]
+        recent = _recent_member(session)
+        out.append(("z", self._recent_key(session.tenant, None), recent, 0.0))
         if session.user is not None:
             out.append(("z", self._list_key(session.tenant, session.user), order, 0.0))
+            out.append(("z", self._recent_key(session.tenant, session.user), recent, 0.0))
         if session.parent_id is not None:
             out.append(("s", tk(session.tenant, f"children:{_esc(session.parent_id)}"), member,
                         None))
@@ -415,35 +434,96 @@ class RedisStore(BaseStore):
 
     def _b_save_session(self, session: Session, expected_version: int) -> bool:
         key = self._keys(session.tenant, session.id).session
+        inc, j = self._r.hmget(key, "i", "j")
+        if j is None:
+            return False
         if session.expires_at is not None:
-            inc = self._r.hget(key, "i")
-            if inc is None:
-                return False
             # before the save, and only ever lowered: the index is never later than the TTL
             self._r.zadd(self._tenant_key(session.tenant, "expiry"),
                          {_member(_s(inc), session.id): session.expires_at.timestamp()}, lt=True)
         args = [expected_version, session.version, msgspec.json.encode(session)]
-        return bool(self._save_script(keys=[key], args=args))
+        return self._saving(_session_decoder.decode(j), session,
+                            lambda: bool(self._save_script(keys=[key], args=args)))
+
+    def _saving(self, old: Session | None, new: Session, write: Callable[[], bool]) -> bool:
+        """Run ``write`` (saving ``new`` over ``old``) with the recent-order entries in
+        step: the new entry before it, the old one removed after (crash: a stale entry,
+        never a missing one)."""
+        member = _recent_member(new)
+        before = None if old is None else _recent_member(old)
+        if before == member:
+            return write()
+        keys = [self._recent_key(new.tenant, None)]
+        if new.user is not None:
+            keys.append(self._recent_key(new.tenant, new.user))
+        pipe = self._r.pipeline(transaction=False)
+        for key in keys:
+            pipe.zadd(key, {member: 0.0})
+        pipe.execute()
+        saved = write()
+        gone = before
+        if not saved:  # ours is stale, unless a save that won has the very same time
+            current = self._b_get_session(new.tenant, new.id)
+            gone = None if current is not None and _recent_member(current) == member else member
+        if gone is not None:
+            pipe = self._r.pipeline(transaction=False)
+            for key in keys:
+                pipe.zrem(key, gone)
+            pipe.execute()
+        return saved
 
     def _b_list_sessions(self, tenant: str, after: tuple[str, str] | None, limit: int,
-                         user: str | None) -> list[Session]:
-        key = self._list_key(tenant, user)
-        start = "-" if after is None else f"({after[0]}\x00{after[1]}"
+                         user: str | None, *, recent: bool = False) -> list[Session]:
+        if recent:
+            key = self._recent_key(tenant, user)
+            start = "+" if after is None else f"({after[0]}\x00{after[1]}"
+        else:
+            key = self._list_key(tenant, user)
+            start = "-" if after is None else f"({after[0]}\x00{after[1]}"
         out: list[Session] = []
         while len(out) < limit:
-            members = [_s(m) for m in self._r.zrangebylex(key, start, "+", 0, limit)]
+            if recent:
+                found_members = self._r.zrevrangebylex(key, start, "-", 0, limit)
+            else:
+                found_members = self._r.zrangebylex(key, start, "+", 0, limit)
+            members = [_s(m) for m in found_members]
             if not members:
                 break
             pairs = [m.partition("\x00") for m in members]
             loaded = self._load(tenant, [sid for _, _, sid in pairs])
-            for (created, _, _), found in zip(pairs, loaded, strict=True):
-                if found is not None and found[2].created_at.isoformat() == created and (
-                        user is None or found[2].user == user):
+            for (stamp, _, _), found in zip(pairs, loaded, strict=True):
+                if found is None or (user is not None and found[2].user != user):
+                    continue  # a stale entry: filtered out
+                actual = recent_key(found[2]) if recent else found[2].created_at.isoformat()
+                if actual == stamp:
                     out.append(found[2])
             if len(members) < limit:
                 break
             start = "(" + members[-1]
         return out[:limit]
+
+    def _b_matching(self, tenant: str, session_ids: Sequence[str], needle: str) -> set[str]:
+        # each session's rows a chunk at a time (HSCAN), all sessions in one round trip
+        # per chunk; a session leaves the scan at its first match
+        wanted = needle.encode().lower()  # bytes.lower(): ASCII only, like SQL LIKE
+        pending: dict[str, int] = dict.fromkeys(session_ids, 0)
+        found: set[str] = set()
+        while pending:
+            pipe = self._r.pipeline(transaction=False)
+            scanned = list(pending)
+            for sid in scanned:
+                pipe.hscan(self._keys(tenant, sid).rows, pending[sid], count=500)
+            for sid, (cursor, rows) in zip(scanned, pipe.execute(), strict=True):
+                # the packed row holds the JSON verbatim: a cheap test first
+                if any(wanted in value.lower() and wanted in _unpack(0, value).data.lower()
+                       for value in rows.values()):
+                    found.add(sid)
+                    del pending[sid]
+                elif int(cursor) == 0:
+                    del pending[sid]
+                else:
+                    pending[sid] = int(cursor)
+        return found
 
     def _members(self, tenant: str, name: str, keep: Callable[[Session], bool]
                  ) -> list[Session]:
@@ -551,7 +631,11 @@ class RedisStore(BaseStore):
         keys = [k.session, k.rows, k.ids, k.cum, k.kept, k.calls, k.over, k.refs]
         args = [expected_version, seq, session.version, msgspec.json.encode(session),
                 uuid.uuid4().hex]  # a new asset-ref epoch when every row goes
-        return bool(self._truncate_script(keys=keys, args=args))
+        old = self._b_get_session(tenant, session_id)
+        if old is None:
+            return False
+        return self._saving(old, session,
+                            lambda: bool(self._truncate_script(keys=keys, args=args)))
 
     # ================================================================ assets and retention
 

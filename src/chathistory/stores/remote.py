@@ -26,7 +26,7 @@ import random
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import msgspec
 
@@ -208,8 +208,13 @@ class RemoteStore:
 
     def list_sessions(self, *, tenant: str | None = None, user: str | None = None,
                       metadata: Mapping[str, Any] | None = None, limit: int = 50,
-                      cursor: str | None = None) -> Page[Session]:
+                      cursor: str | None = None, order: Literal["created", "recent"] = "created",
+                      query: str | None = None) -> Page[Session]:
         params: list[tuple[str, str]] = [("limit", str(limit))]
+        if order != "created":
+            params.append(("order", order))
+        if query:
+            params.append(("q", query))
         if user is not None:
             params.append(("user", user))
         if cursor:

@@ -18,10 +18,12 @@ other processes are never blocked (WAL). The connection is not carried across
 ``fork()``: open the store in the child.
 
 Layout: a session is its whole ``Session`` as JSON beside the columns that are
-searched (created_at, user, parent_id, root_id, expires_at). Messages are keyed
-by ``(tenant, session_id, seq)``; the running token total grows with ``seq``, so
-the same key finds "the newest messages within N tokens", and ``tail`` and
-``window`` are primary-key range reads that never scan a session.
+searched (created_at, updated_at, user, parent_id, root_id, expires_at). A
+search (``list_sessions(query=)``) is a ``LIKE`` over the stored JSON of each
+listed session's messages. Messages are keyed by ``(tenant, session_id, seq)``;
+the running token total grows with ``seq``, so the same key finds "the newest
+messages within N tokens", and ``tail`` and ``window`` are primary-key range
+reads that never scan a session.
 Schema changes are named migrations, each applied in one transaction together
 with its record in the ``migrations`` table (simonw/sqlite-utils style).
 """
@@ -43,6 +45,7 @@ import msgspec
 from ..errors import Conflict
 from ..tokens import TokenCounter
 from .base import BaseStore
+from .engine import like_pattern, recent_key
 from .model import Row, Session, utcnow
 
 __all__ = ["MIGRATIONS", "SQLiteStore"]
@@ -51,7 +54,22 @@ T = TypeVar("T")
 
 # ---------------------------------------------------------------- schema
 
-MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
+def _backfill_updated_at(conn: sqlite3.Connection) -> None:
+    """Fill the new ``updated_at`` column from each session's payload, in key order,
+    a batch at a time (in Python: the exact text ``recent_key`` writes)."""
+    after: tuple[str, str] = ("", "")
+    while True:
+        batch = conn.execute("SELECT tenant, id, payload FROM sessions WHERE (tenant, id) > "
+                             "(?, ?) ORDER BY tenant, id LIMIT 1000", after).fetchall()
+        if not batch:
+            return
+        conn.executemany("UPDATE sessions SET updated_at = ? WHERE tenant = ? AND id = ?",
+                         [(recent_key(_session_decoder.decode(payload)), tenant, sid)
+                          for tenant, sid, payload in batch])
+        after = (batch[-1][0], batch[-1][1])
+
+
+MIGRATIONS: list[tuple[str, tuple[str | Callable[[sqlite3.Connection], None], ...]]] = [
     ("m001_initial", (
         # The whole Session as JSON text (json_extract works on it); the columns
         # beside it exist to be searched, and `version` for compare-and-set.
@@ -107,8 +125,15 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
                 ON DELETE CASCADE) WITHOUT ROWID""",
         "CREATE INDEX asset_refs_by_session ON asset_refs (tenant, session_id)",
     )),
+    ("m002_updated_at", (
+        # order="recent": updated_at as recent_key() text, kept in step on every save
+        "ALTER TABLE sessions ADD COLUMN updated_at TEXT NOT NULL DEFAULT ''",
+        _backfill_updated_at,
+        "CREATE INDEX sessions_by_updated ON sessions (tenant, updated_at, id)",
+    )),
 ]
-"""Named schema steps, oldest first. Append new ones; never edit a released one."""
+"""Named schema steps, oldest first: SQL statements, or functions given the connection
+(inside the step's transaction). Append new ones; never edit a released one."""
 
 _SYNCHRONOUS = ("NORMAL", "FULL", "EXTRA")
 
@@ -157,13 +182,19 @@ _INSERT_CALL = "INSERT OR REPLACE INTO calls (tenant, session_id, call_id, seq) 
 _CLEAR_CUT = ("UPDATE messages SET cut_ok = 0 WHERE tenant = ? AND session_id = ? "
               "AND seq >= ? AND seq < ?")
 _GET_SESSION = "SELECT payload FROM sessions WHERE tenant = ? AND id = ?"
-_BUMP_SESSION = "UPDATE sessions SET version = ?, payload = ? WHERE tenant = ? AND id = ?"
+_BUMP_SESSION = ("UPDATE sessions SET version = ?, updated_at = ?, payload = ? "
+                 "WHERE tenant = ? AND id = ?")
 _INSERT_SESSION = ("INSERT INTO sessions (version, created_at, user, parent_id, root_id, "
-                   "expires_at, payload, tenant, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                   "ON CONFLICT DO NOTHING")
+                   "expires_at, updated_at, payload, tenant, id) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
 _SAVE_SESSION = ("UPDATE sessions SET version = ?, created_at = ?, user = ?, parent_id = ?, "
-                 "root_id = ?, expires_at = ?, payload = ? WHERE tenant = ? AND id = ? "
-                 "AND version = ?")
+                 "root_id = ?, expires_at = ?, updated_at = ?, payload = ? WHERE tenant = ? "
+                 "AND id = ? AND version = ?")
+# a search: one EXISTS per session, each a range of the messages' primary key
+# (LIKE is false on a BLOB: the JSON is compared as text)
+MATCHING = ("SELECT j.value FROM json_each(?) AS j WHERE EXISTS (SELECT 1 FROM messages AS m "
+            "WHERE m.tenant = ? AND m.session_id = j.value "
+            "AND CAST(m.data AS TEXT) LIKE ? ESCAPE '\\')")
 
 _session_decoder = msgspec.json.Decoder(Session)
 _encode = msgspec.json.Encoder().encode
@@ -178,7 +209,7 @@ def _stamp(value: datetime | None) -> str | None:
 
 def _session_params(s: Session) -> tuple[Any, ...]:
     return (s.version, s.created_at.isoformat(), s.user, s.parent_id, s.root_id or s.id,
-            _stamp(s.expires_at), _encode(s).decode(), s.tenant, s.id)
+            _stamp(s.expires_at), recent_key(s), _encode(s).decode(), s.tenant, s.id)
 
 
 def _rows(cursor: sqlite3.Cursor) -> list[Row]:
@@ -226,7 +257,8 @@ class _Txn:
                          "VALUES (?, ?, ?, ?)", (self.tenant, sha, mime_type, data))
             conn.execute("INSERT OR IGNORE INTO asset_refs (tenant, sha256, session_id) "
                          "VALUES (?, ?, ?)", (self.tenant, sha, self.session_id))
-        conn.execute(_BUMP_SESSION, (session.version, _encode(session).decode(), *key))
+        conn.execute(_BUMP_SESSION, (session.version, recent_key(session),
+                                     _encode(session).decode(), *key))
 
 
 class SQLiteStore(BaseStore):
@@ -350,7 +382,10 @@ class SQLiteStore(BaseStore):
                                     (name,)).fetchone():
                         continue
                     for statement in statements:
-                        conn.execute(statement)
+                        if callable(statement):
+                            statement(conn)
+                        else:
+                            conn.execute(statement)
                     conn.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)",
                                  (name, _stamp(utcnow())))
 
@@ -376,7 +411,7 @@ class SQLiteStore(BaseStore):
             return conn.execute(_SAVE_SESSION, params).rowcount == 1
 
     def _b_list_sessions(self, tenant: str, after: tuple[str, str] | None, limit: int,
-                         user: str | None) -> list[Session]:
+                         user: str | None, *, recent: bool = False) -> list[Session]:
         # built from fixed fragments only; every value is a parameter
         sql = "SELECT payload FROM sessions WHERE tenant = ?"
         params: list[Any] = [tenant]
@@ -384,11 +419,16 @@ class SQLiteStore(BaseStore):
             sql += " AND user = ?"
             params.append(user)
         if after is not None:
-            sql += " AND (created_at, id) > (?, ?)"
+            sql += " AND (updated_at, id) < (?, ?)" if recent else " AND (created_at, id) > (?, ?)"
             params.extend(after)
-        sql += " ORDER BY created_at, id LIMIT ?"
+        sql += (" ORDER BY updated_at DESC, id DESC LIMIT ?" if recent
+                else " ORDER BY created_at, id LIMIT ?")
         params.append(limit)
         return [_session_decoder.decode(p) for (p,) in self._fetch(sql, params)]
+
+    def _b_matching(self, tenant: str, session_ids: Sequence[str], needle: str) -> set[str]:
+        found = self._fetch(MATCHING, (_encode(list(session_ids)), tenant, like_pattern(needle)))
+        return {sid for (sid,) in found}
 
     def _b_children(self, tenant: str, session_id: str) -> list[Session]:
         found = self._fetch("SELECT payload FROM sessions INDEXED BY sessions_by_parent "

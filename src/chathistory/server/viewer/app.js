@@ -250,7 +250,7 @@ function showList(params, main, gen) {
   Object.assign(qInput, { type: "search", name: "q", value: q, placeholder: "Search messages, ids, metadata…" });
   qInput.setAttribute("aria-label", "Search");
   const metaInput = h("input", "meta-filter");
-  Object.assign(metaInput, { type: "text", name: "meta", value: meta, placeholder: "metadata: key=value, …" });
+  Object.assign(metaInput, { type: "text", name: "meta", value: meta, placeholder: "filter: user=…, key=value, …" });
   metaInput.setAttribute("aria-label", "Metadata filter");
   const orderSelect = h("select", "order");
   orderSelect.setAttribute("aria-label", "Order");
@@ -290,7 +290,9 @@ function showList(params, main, gen) {
     if (q) qs.set("q", q);
     for (const pair of meta.split(",")) {
       const [key, ...rest] = pair.split("=");
-      if (key.trim() && rest.length) qs.append(`metadata.${key.trim()}`, rest.join("=").trim());
+      if (!key.trim() || !rest.length) continue;
+      if (key.trim() === "user") qs.set("user", rest.join("=").trim()); // the session's user
+      else qs.append(`metadata.${key.trim()}`, rest.join("=").trim());
     }
     if (cursor) qs.set("cursor", cursor);
     let page;
