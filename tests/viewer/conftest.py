@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "server"))
 
 from seed import Seeded, plan_window, seed_store

@@ -108,8 +108,11 @@ def test_tool_calls_paired_with_results(open_page: Any) -> None:
     assert not reasoning.evaluate("d => d.open")
     reasoning.locator("summary").click()
     assert "call the tool twice" in reasoning.inner_text()
-    # the tool message points back at its call
+    # the tool message points back at its call, and opens its own copy of the result
     page.locator(".msg.role-tool .jump").first.click()
+    copy = page.locator(".msg.role-tool details.tool-result").first
+    copy.locator("summary").click()
+    assert '"temperature": 21' in copy.inner_text()
     view.shot("session-tools")
 
 

@@ -231,8 +231,8 @@ async function start() {
     const me = await api("/v1/me");
     $("tenant").textContent = `tenant ${me.tenant}`;
     $("tenant").title = me.key_id ? `key ${me.key_id}` : "no key (loopback, open mode)";
-  } catch (err) {
-    if (err.status !== 401 && err.status !== 403) $("tenant").textContent = "";
+  } catch {
+    /* no tenant shown: a 401/403 has opened the key dialog; other errors show on the page */
   }
   route();
 }
@@ -513,14 +513,15 @@ class SessionView {
     const status = KV[String(message.kv_status ?? 1)] || "loaded";
     if (status !== "loaded") node.classList.add(`kv-${status}`);
     const tokens = tokensOf(message);
+    const tokenCount = tokens ? h("span", "tokens", `${fmt(tokens.n)} tok`) : null;
+    if (tokens) tokenCount.title = `${tokens.n} tokens (${tokens.counter})`;
     const head = h("div", "msg-head",
       h("span", "role", message.role),
       message.name ? h("span", "author", message.name) : null,
       h("span", "seq", `#${seq}`),
       when(message.created_at),
-      tokens ? h("span", "tokens", `${fmt(tokens.n)} tok`) : null,
+      tokenCount,
       status !== "loaded" ? h("span", `badge kv-badge kv-${status}`, status) : null);
-    if (tokens) head.querySelector(".tokens").title = `${tokens.n} tokens (${tokens.counter})`;
     const place = this.window?.positions.get(message.id);
     if (place) {
       node.classList.add("in-window");
@@ -530,7 +531,7 @@ class SessionView {
     }
     const body = h("div", "msg-body");
     for (const part of message.parts || []) {
-      const rendered = this.renderPart(part, message);
+      const rendered = this.renderPart(part);
       if (rendered) body.append(rendered);
     }
     node.append(head, body);
@@ -543,7 +544,7 @@ class SessionView {
     return node;
   }
 
-  renderPart(part, message) {
+  renderPart(part) {
     switch (part.type) {
       case "text":
         return renderMarkdown(part.text);
@@ -556,7 +557,7 @@ class SessionView {
       case "tool_call":
         return this.toolCall(part);
       case "tool_result":
-        return this.toolResult(part, message);
+        return this.toolResult(part);
       case "reasoning":
         return reasoningPart(part);
       default:
@@ -578,7 +579,7 @@ class SessionView {
     return box;
   }
 
-  toolResult(part, message) {
+  toolResult(part) {
     const call = this.calls.get(part.call_id);
     const content = resultContent(part);
     if (call) {
@@ -590,14 +591,17 @@ class SessionView {
         call.box.open = true;
         call.box.scrollIntoView({ block: "center", behavior: "smooth" });
       });
-      const copy = details("result", `tool-result paired${part.is_error ? " failed" : ""}`, resultContent(part));
+      // the tool message's own copy, rendered only when it is opened (a result can be large)
+      const copy = details("result", `tool-result paired${part.is_error ? " failed" : ""}`);
+      copy.addEventListener("toggle", () => {
+        if (copy.open && copy.childElementCount === 1) copy.append(resultContent(part));
+      });
       return h("div", "tool-result-ref", jump, copy);
     }
     const box = details(`result of ${part.name || "an unknown call"}${part.is_error ? " (error)" : ""}`,
       `tool-result orphan${part.is_error ? " failed" : ""}`, content,
       h("div", "tool-id", `no call ${part.call_id} before this message`));
     box.dataset.callId = part.call_id;
-    void message;
     return box;
   }
 

@@ -211,10 +211,15 @@ function cells(line) {
   return out;
 }
 
+function startsTable(line, next) {
+  // a header row, then a rule of dashes: | --- | :---: |
+  return line.includes("|") && next !== undefined && TABLE_RULE.test(next) && next.includes("-");
+}
+
 function startsBlock(line, next) {
   return FENCE.test(line) || HEADING.test(line) || RULE.test(line) || QUOTE.test(line)
     || /^ {0,3}([-*+]|1[.)])[ \t]+\S/.test(line)
-    || (line.includes("|") && next !== undefined && TABLE_RULE.test(next) && next.includes("-"));
+    || startsTable(line, next);
 }
 
 function blocks(lines, out, depth) {
@@ -261,7 +266,7 @@ function blocks(lines, out, depth) {
       i = list(lines, i, out, depth);
       continue;
     }
-    if (line.includes("|") && i + 1 < n && TABLE_RULE.test(lines[i + 1]) && lines[i + 1].includes("-")) {
+    if (startsTable(line, lines[i + 1])) {
       i = table(lines, i, out);
       continue;
     }
