@@ -112,6 +112,7 @@ def test_tool_calls_paired_with_results(open_page: Any) -> None:
     page.locator(".msg.role-tool .jump").first.click()
     copy = page.locator(".msg.role-tool details.tool-result").first
     copy.locator("summary").click()
+    copy.locator(".md-pre").wait_for(timeout=WAIT)  # rendered on the (async) toggle event
     assert '"temperature": 21' in copy.inner_text()
     view.shot("session-tools")
 
