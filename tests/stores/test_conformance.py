@@ -460,6 +460,37 @@ def test_mark_hides_whole_groups(store: BaseStore) -> None:
     assert ids(store.tail(s.id, 100)) == ids(msgs)
 
 
+def test_json_reads_equal_the_encoded_messages(store: BaseStore, png_bytes: bytes) -> None:
+    """``tail_json`` / ``window_json`` / ``range_json`` pass stored JSON through: the
+    bytes equal encoding what ``tail`` / ``window`` / ``range`` decode, statuses set by
+    ``mark()`` (in a fork too), attachments and a message stored as MARKED included."""
+    from chathistory.model.codec import encode
+
+    s = store.create_session()
+    image = Attachment.from_bytes(png_bytes, name="red.png")
+    stored_marked = Message.assistant("stored marked")
+    stored_marked.kv_status = KVStatus.MARKED
+    msgs = [Message.system("sys"), *chat(3), *tool_turn(0),
+            Message(role="user", parts=[TextPart(text="look"), ImagePart(attachment=image)]),
+            stored_marked, *chat(4, "z")]
+    store.append(s.id, msgs)
+    store.mark(s.id, [msgs[2].id], KVStatus.MARKED)
+    store.mark(s.id, [stored_marked.id], KVStatus.LOADED)
+    fork = store.fork(s.id, msgs[-2].id)
+    store.mark(fork.id, [msgs[3].id], KVStatus.UNLOADED)
+    for sid in (s.id, fork.id):
+        for marked in (False, True):
+            assert store.tail_json(sid, 5, include_marked=marked) == encode(
+                store.tail(sid, 5, include_marked=marked))
+            assert store.range_json(sid, 1, 9, include_marked=marked) == encode(
+                store.range(sid, 1, 9, include_marked=marked))
+        for keep in (False, True):
+            for budget in (0, 40, 10_000):
+                assert store.window_json(sid, budget, keep_system=keep) == encode(
+                    store.window(sid, budget, keep_system=keep))
+    assert b'"kv_status"' not in store.range_json(s.id, len(msgs) - 5, len(msgs) - 4)
+
+
 # ---------------------------------------------------------------- branches
 
 

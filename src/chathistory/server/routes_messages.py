@@ -4,12 +4,14 @@ provider's format), context, one message, pop, clear, mark, reduce, window."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from starlette.responses import Response
 
 from ..errors import InvalidMessage, NotFound
 from ..model import Attachment, KVStatus, Message
+from ..stores.engine import Engine
 from ..window import WindowPlan
 from .app import Context, Endpoint, Param, run
 from .errors import HTTPError
@@ -27,7 +29,7 @@ from .schema import (
     VersionOut,
     WindowBody,
 )
-from .wire import etag, if_match, json_response, query_bool, query_int, rerooted
+from .wire import JSON_TYPE, etag, if_match, json_response, query_bool, query_int, rerooted
 
 __all__ = ["FORMATS", "ROUTES"]
 
@@ -74,31 +76,39 @@ async def read_messages(ctx: Context) -> Response:
     request = ctx.request
     params = request.query_params
     selector = _exactly_one_selector(ctx)
+    fmt = params.get("format")
+    store = ctx.store
+    # without a format the stored JSON goes out as it is, never decoded (an Engine's *_json)
+    raw = not fmt and isinstance(store, Engine)
+    call: Callable[..., Any]
     if selector == "max_tokens":
         if "include_marked" in params:
             raise ValueError("include_marked does not apply to max_tokens (marked messages "
                              "never count toward a window)")
         max_tokens = query_int(request, "max_tokens")
-        counter = counter_for(ctx.store, params.get("counter") or None)
-        messages = await run(ctx.store.window, sid, max_tokens or 0, counter,
-                             tenant=ctx.tenant, keep_system=query_bool(request, "keep_system"))
+        counter = counter_for(store, params.get("counter") or None)
+        call = store.window_json if raw else store.window  # type: ignore[attr-defined]
+        found = await run(call, sid, max_tokens or 0, counter, tenant=ctx.tenant,
+                          keep_system=query_bool(request, "keep_system"))
     else:
         for name in ("counter", "keep_system"):
             if name in params:
                 raise ValueError(f"{name} applies to max_tokens only")
         if selector == "tail":
-            messages = await run(ctx.store.tail, sid, query_int(request, "tail") or 0,
-                                 tenant=ctx.tenant,
-                                 include_marked=query_bool(request, "include_marked"))
+            call = store.tail_json if raw else store.tail  # type: ignore[attr-defined]
+            found = await run(call, sid, query_int(request, "tail") or 0, tenant=ctx.tenant,
+                              include_marked=query_bool(request, "include_marked"))
         else:
             start = query_int(request, "start", 0)
-            messages = await run(ctx.store.range, sid, start or 0, query_int(request, "stop"),
-                                 tenant=ctx.tenant,
-                                 include_marked=query_bool(request, "include_marked", True))
-    fmt = params.get("format")
+            call = store.range_json if raw else store.range  # type: ignore[attr-defined]
+            found = await run(call, sid, start or 0, query_int(request, "stop"),
+                              tenant=ctx.tenant,
+                              include_marked=query_bool(request, "include_marked", True))
+    if raw:
+        return Response(b'{"messages":' + found + b"}", media_type=JSON_TYPE)
     if fmt:
-        return json_response(await _formatted(ctx, fmt, messages))
-    return json_response(MessagesOut(messages))
+        return json_response(await _formatted(ctx, fmt, found))
+    return json_response(MessagesOut(found))
 
 
 async def _formatted(ctx: Context, fmt: str, messages: list[Message]) -> Any:

@@ -457,6 +457,15 @@ class Engine:
              include_marked: bool = False) -> list[Message]:
         """The newest ``n`` messages, widened to whole groups (a tool call comes with
         its results); marked and unloaded messages are left out unless asked for."""
+        return self._decode(self._tail_rows(session_id, n, tenant, include_marked))
+
+    def tail_json(self, session_id: str, n: int, *, tenant: str = DEFAULT_TENANT,
+                  include_marked: bool = False) -> bytes:
+        """``tail()`` as a JSON array, the stored JSON passed through undecoded."""
+        return _rows_json(self._tail_rows(session_id, n, tenant, include_marked))
+
+    def _tail_rows(self, session_id: str, n: int, tenant: str, include_marked: bool
+                   ) -> list[Row]:
         if n < 0:
             raise ValueError("n must be >= 0")
         session = self.get_session(session_id, tenant=tenant)
@@ -470,7 +479,7 @@ class Engine:
                 count += len(group)
                 if count >= n:
                     break
-        return self._decode(chosen)
+        return chosen
 
     def window(self, session_id: str, max_tokens: int,
                counter: str | TokenCounter | None = None, *, tenant: str = DEFAULT_TENANT,
@@ -478,6 +487,19 @@ class Engine:
         """The newest messages within ``max_tokens`` (reply priming included), whole
         groups only, never over the budget. With the store's own counter this is an
         indexed read of stored counts; another counter counts what it reads."""
+        return self._decode(self._window_rows(session_id, max_tokens, counter, tenant,
+                                              keep_system))
+
+    def window_json(self, session_id: str, max_tokens: int,
+                    counter: str | TokenCounter | None = None, *,
+                    tenant: str = DEFAULT_TENANT, keep_system: bool = False) -> bytes:
+        """``window()`` as a JSON array, the stored JSON passed through undecoded."""
+        return _rows_json(self._window_rows(session_id, max_tokens, counter, tenant,
+                                            keep_system))
+
+    def _window_rows(self, session_id: str, max_tokens: int,
+                     counter: str | TokenCounter | None, tenant: str, keep_system: bool
+                     ) -> list[Row]:
         if max_tokens < 0:
             raise ValueError("max_tokens must be >= 0")
         session = self.get_session(session_id, tenant=tenant)
@@ -492,18 +514,27 @@ class Engine:
             return []
         kept_seqs = {r.seq for r in kept}
         first_lo = self._seq_at_cum(session, session.token_count - budget) if own else None
-        chosen: list[Row] = []
+        chosen: list[list[Row]] = []  # newest group first
+        loaded = int(KVStatus.LOADED)
         for group in self._groups_backward(session, None if first_lo is None else first_lo - 1):
-            if not _usable(group, False):
-                continue
-            cost = sum(self._cost(r, c, own) for r in group if r.seq not in kept_seqs)
+            if len(group) == 1:  # the common case, without the generic loops
+                row = group[0]
+                if row.orphan or row.status != loaded:
+                    continue
+                cost = 0 if row.seq in kept_seqs else self._cost(row, c, own)
+            else:
+                if not _usable(group, False):
+                    continue
+                cost = sum(self._cost(r, c, own) for r in group if r.seq not in kept_seqs)
             if cost > budget:
                 break
             budget -= cost
-            chosen[:0] = group
-        chosen_seqs = {r.seq for r in chosen}
-        rows = sorted([r for r in kept if r.seq not in chosen_seqs] + chosen, key=lambda r: r.seq)
-        return self._decode(rows)
+            chosen.append(group)
+        rows = [r for group in reversed(chosen) for r in group]
+        if not kept:
+            return rows
+        chosen_seqs = {r.seq for r in rows}
+        return sorted([r for r in kept if r.seq not in chosen_seqs] + rows, key=lambda r: r.seq)
 
     def _cost(self, row: Row, counter: TokenCounter, own: bool) -> int:
         if own:
@@ -577,6 +608,15 @@ class Engine:
               tenant: str = DEFAULT_TENANT, include_marked: bool = True) -> list[Message]:
         """Messages at positions ``[start, stop)`` (0 = oldest), widened to whole
         groups; orphan results are left out, and marked ones unless asked for."""
+        return self._decode(self._range_rows(session_id, start, stop, tenant, include_marked))
+
+    def range_json(self, session_id: str, start: int = 0, stop: int | None = None, *,
+                   tenant: str = DEFAULT_TENANT, include_marked: bool = True) -> bytes:
+        """``range()`` as a JSON array, the stored JSON passed through undecoded."""
+        return _rows_json(self._range_rows(session_id, start, stop, tenant, include_marked))
+
+    def _range_rows(self, session_id: str, start: int, stop: int | None, tenant: str,
+                    include_marked: bool) -> list[Row]:
         session = self.get_session(session_id, tenant=tenant)
         n = session.message_count
         stop = n if stop is None else min(stop, n)
@@ -609,7 +649,7 @@ class Engine:
             if _usable(selected[i:j], include_marked):
                 out.extend(selected[i:j])
             i = j
-        return self._decode(out)
+        return out
 
     def get(self, session_id: str, message_id: str, *, tenant: str = DEFAULT_TENANT) -> Message:
         """One message by id; ``NotFound`` when it is not in this session."""
@@ -632,13 +672,7 @@ class Engine:
         return self.get_session(session_id, tenant=tenant).message_count
 
     def _decode(self, rows: Sequence[Row]) -> list[Message]:
-        out = []
-        for r in rows:
-            m = _message_decoder.decode(r.data)
-            if int(m.kv_status) != r.status:
-                m.kv_status = KVStatus(r.status)
-            out.append(m)
-        return out
+        return [_decoded(r) for r in rows]
 
     def get_asset(self, sha256: str, *, tenant: str = DEFAULT_TENANT) -> bytes:
         """The bytes of an attachment stored by this tenant's messages."""
@@ -691,6 +725,29 @@ class _AssetLookup(Mapping[str, bytes]):
 
     def __len__(self) -> int:
         return sum(1 for v in self._cache.values() if v is not None)
+
+
+def _decoded(row: Row) -> Message:
+    """The row's message, with the KV status the row records (``mark()`` changes the
+    status column, not the stored JSON)."""
+    message = _message_decoder.decode(row.data)
+    if int(message.kv_status) != row.status:
+        message.kv_status = KVStatus(row.status)
+    return message
+
+
+def _rows_json(rows: Sequence[Row]) -> bytes:
+    """The rows' messages as a JSON array: what ``encode(self._decode(rows))`` gives,
+    without decoding the rows whose stored JSON already has their status. (The stored
+    JSON is ``encode(message)``; ``kv_status`` is left out when it is the default.)"""
+    loaded = int(KVStatus.LOADED)
+    parts = []
+    for r in rows:
+        if r.status == loaded and b'"kv_status":' not in r.data:
+            parts.append(r.data)
+        else:
+            parts.append(encode(_decoded(r)))
+    return b"[" + b",".join(parts) + b"]"
 
 
 def _fix(row: Row, overrides: Mapping[int, int], joined: Sequence[Sequence[int]]) -> Row:

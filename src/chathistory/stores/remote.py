@@ -60,8 +60,24 @@ class RemoteError(ChatHistoryError):
         self.status, self.type, self.message = status, type, message
 
 
-class _Messages(msgspec.Struct):
-    messages: list[Message]
+class _RawMessages(msgspec.Struct):
+    messages: msgspec.Raw
+
+
+_raw_messages_decoder = msgspec.json.Decoder(_RawMessages)
+_message_list_decoder = msgspec.json.Decoder(list[Message])
+
+
+def _tail_params(n: int, include_marked: bool) -> dict[str, Any]:
+    return {"tail": n, "include_marked": "true" if include_marked else "false"}
+
+
+def _range_params(start: int, stop: int | None, include_marked: bool) -> dict[str, Any]:
+    params: dict[str, Any] = {"start": start,
+                              "include_marked": "true" if include_marked else "false"}
+    if stop is not None:
+        params["stop"] = stop
+    return params
 
 
 class _Popped(msgspec.Struct):
@@ -285,11 +301,16 @@ class RemoteStore:
         parts = [_strip_part(p, found) for p in message.parts]
         return msgspec.structs.replace(message, parts=parts)
 
-    def _messages(self, session_id: str, path: str, tenant: str | None,
-                  params: Any) -> list[Message]:
+    def _messages_json(self, session_id: str, path: str, tenant: str | None,
+                       params: Any) -> bytes:
         response = self._request("GET", self._sid(session_id) + path, tenant=tenant,
                                  params=params)
-        return msgspec.json.decode(response.content, type=_Messages).messages
+        return bytes(_raw_messages_decoder.decode(response.content).messages)
+
+    def _messages(self, session_id: str, path: str, tenant: str | None,
+                  params: Any) -> list[Message]:
+        return _message_list_decoder.decode(self._messages_json(session_id, path, tenant,
+                                                                params))
 
     def context(self, session_id: str, head: int, tail: int, *,
                 tenant: str | None = None) -> list[Message]:
@@ -297,12 +318,29 @@ class RemoteStore:
 
     def tail(self, session_id: str, n: int, *, tenant: str | None = None,
              include_marked: bool = False) -> list[Message]:
-        params = {"tail": n, "include_marked": "true" if include_marked else "false"}
-        return self._messages(session_id, "/messages", tenant, params)
+        return self._messages(session_id, "/messages", tenant, _tail_params(n, include_marked))
+
+    def tail_json(self, session_id: str, n: int, *, tenant: str | None = None,
+                  include_marked: bool = False) -> bytes:
+        """``tail()`` as the server's JSON array, undecoded."""
+        return self._messages_json(session_id, "/messages", tenant,
+                                   _tail_params(n, include_marked))
 
     def window(self, session_id: str, max_tokens: int,
                counter: str | TokenCounter | None = None, *, tenant: str | None = None,
                keep_system: bool = False) -> list[Message]:
+        return self._messages(session_id, "/messages", tenant,
+                              self._window_params(max_tokens, counter, keep_system))
+
+    def window_json(self, session_id: str, max_tokens: int,
+                    counter: str | TokenCounter | None = None, *, tenant: str | None = None,
+                    keep_system: bool = False) -> bytes:
+        """``window()`` as the server's JSON array, undecoded."""
+        return self._messages_json(session_id, "/messages", tenant,
+                                   self._window_params(max_tokens, counter, keep_system))
+
+    def _window_params(self, max_tokens: int, counter: str | TokenCounter | None,
+                       keep_system: bool) -> dict[str, Any]:
         params: dict[str, Any] = {"max_tokens": max_tokens}
         if counter is not None:
             name = counter if isinstance(counter, str) else counter.name
@@ -310,15 +348,18 @@ class RemoteStore:
                 params["counter"] = name
         if keep_system:
             params["keep_system"] = "true"
-        return self._messages(session_id, "/messages", tenant, params)
+        return params
 
     def range(self, session_id: str, start: int = 0, stop: int | None = None, *,
               tenant: str | None = None, include_marked: bool = True) -> list[Message]:
-        params: dict[str, Any] = {"start": start,
-                                  "include_marked": "true" if include_marked else "false"}
-        if stop is not None:
-            params["stop"] = stop
-        return self._messages(session_id, "/messages", tenant, params)
+        return self._messages(session_id, "/messages", tenant,
+                              _range_params(start, stop, include_marked))
+
+    def range_json(self, session_id: str, start: int = 0, stop: int | None = None, *,
+                   tenant: str | None = None, include_marked: bool = True) -> bytes:
+        """``range()`` as the server's JSON array, undecoded."""
+        return self._messages_json(session_id, "/messages", tenant,
+                                   _range_params(start, stop, include_marked))
 
     def get(self, session_id: str, message_id: str, *, tenant: str | None = None) -> Message:
         from urllib.parse import quote
