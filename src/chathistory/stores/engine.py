@@ -124,6 +124,14 @@ class Engine:
         """Own rows with role system or developer and ``seq < hi``, ascending."""
         raise NotImplementedError
 
+    def _b_window_probe(self, tenant: str, session_id: str, budget: int
+                        ) -> tuple[Session | None, list[Row]] | None:
+        """Optional, for backends where a round trip costs: in one read, the session
+        (None when unknown) and its own rows from ``seq_at_cum(token_count - budget) - 1``
+        (0 when that is not positive, the last row when no row qualifies) to the end.
+        None: not implemented, the engine makes the reads one by one."""
+        return None
+
     def _b_row_by_id(self, tenant: str, session_id: str, message_id: str) -> Row | None:
         raise NotImplementedError
 
@@ -429,15 +437,21 @@ class Engine:
             out[:0] = rows
         return out
 
-    def _groups_backward(self, session: Session, first_lo: int | None = None
-                         ) -> Iterator[list[Row]]:
-        """Whole groups, newest first, read in growing batches."""
+    def _groups_backward(self, session: Session, first_lo: int | None = None,
+                         first_rows: list[Row] | None = None) -> Iterator[list[Row]]:
+        """Whole groups, newest first, read in growing batches (the first batch is
+        ``first_rows`` when given: rows from some position to the end)."""
         hi = session.message_count
         batch = 64
         lo = max(0, hi - batch) if first_lo is None else max(0, min(first_lo, hi - 1))
+        if first_rows is not None:
+            lo = first_rows[0].seq if first_rows else hi
         pending: list[Row] = []
         while hi > 0:
-            seq = self._read(session, lo, hi) + pending
+            if first_rows is not None:
+                seq, first_rows = first_rows, None
+            else:
+                seq = self._read(session, lo, hi) + pending
             i = len(seq)
             while i > 0:
                 j = i - 1
@@ -502,10 +516,22 @@ class Engine:
                      ) -> list[Row]:
         if max_tokens < 0:
             raise ValueError("max_tokens must be >= 0")
-        session = self.get_session(session_id, tenant=tenant)
         c = self.counter if counter is None else get_counter(counter)
         own = c.name == self.counter.name
         budget = max_tokens - c.priming_tokens
+        probe = None
+        if own and not keep_system and budget >= 0:
+            probe = self._b_window_probe(tenant, session_id, budget)
+        first_rows: list[Row] | None = None
+        if probe is None:
+            session = self.get_session(session_id, tenant=tenant)
+        else:
+            found, first_rows = probe
+            if found is None or found.is_expired():
+                raise NotFound(f"no session {session_id!r}")
+            session = found
+            if session.parent_id is not None:  # a fork reads through its ancestors
+                first_rows = None
         kept: list[Row] = []
         if keep_system:
             kept = [r for r in self._kept_rows(session) if _usable([r], False)]
@@ -513,10 +539,14 @@ class Engine:
         if budget < 0:
             return []
         kept_seqs = {r.seq for r in kept}
-        first_lo = self._seq_at_cum(session, session.token_count - budget) if own else None
+        first_lo = None
+        if own and first_rows is None:
+            first_lo = self._seq_at_cum(session, session.token_count - budget)
         chosen: list[list[Row]] = []  # newest group first
         loaded = int(KVStatus.LOADED)
-        for group in self._groups_backward(session, None if first_lo is None else first_lo - 1):
+        groups = self._groups_backward(session, None if first_lo is None else first_lo - 1,
+                                       first_rows)
+        for group in groups:
             if len(group) == 1:  # the common case, without the generic loops
                 row = group[0]
                 if row.orphan or row.status != loaded:

@@ -329,6 +329,36 @@ class _Queries:
                 WHERE q.lo < q.hi
             )
             SELECT lo FROM search WHERE lo = hi AND lo < top"""
+        # a window read in one round trip: the session, and its own rows from the one
+        # before the first whose cum_before reaches token_count - budget (the search above)
+        self.window_probe = f"""
+            WITH RECURSIVE sess AS (
+                SELECT payload::text AS payload,
+                       COALESCE((payload->>'token_count')::bigint, 0) - %(budget)s AS cum,
+                       COALESCE((payload->>'message_count')::bigint, 0) AS n
+                FROM {s}.sessions WHERE {named}
+            ), search(lo, hi, top) AS (
+                SELECT b.lo, b.top, b.top FROM (SELECT
+                    (SELECT seq FROM {m} WHERE {named} ORDER BY seq LIMIT 1) AS lo,
+                    (SELECT seq + 1 FROM {m} WHERE {named} ORDER BY seq DESC LIMIT 1) AS top
+                ) AS b WHERE (SELECT cum FROM sess) > 0
+              UNION ALL
+                SELECT CASE WHEN p.cum_before >= t.cum THEN q.lo ELSE p.seq + 1 END,
+                       CASE WHEN p.cum_before >= t.cum THEN p.seq ELSE q.hi END, q.top
+                FROM search AS q CROSS JOIN sess AS t CROSS JOIN LATERAL (
+                    SELECT seq, cum_before FROM {m}
+                    WHERE {named} AND seq = (q.lo + q.hi) / 2 OFFSET 0) AS p
+                WHERE q.lo < q.hi
+            ), first AS (
+                SELECT CASE WHEN t.cum <= 0 THEN 0 ELSE COALESCE(
+                    (SELECT lo FROM search WHERE lo = hi AND lo < top), t.n) END AS seq
+                FROM sess AS t
+            )
+            SELECT t.payload, r.* FROM sess AS t CROSS JOIN first AS f LEFT JOIN LATERAL (
+                SELECT {_ROW} FROM {m} WHERE {named}
+                AND seq >= GREATEST(0, LEAST(f.seq - 1, t.n - 1)) AND seq < t.n
+                ORDER BY seq OFFSET 0
+            ) AS r ON true"""
         self.clear_cuts = (f"UPDATE {m} SET cut_ok = false WHERE {key} "
                            "AND seq >= %s AND seq < %s AND cut_ok")
         self.insert_rows = (
@@ -599,6 +629,16 @@ class PostgresStore(BaseStore):
         found = self._execute(self._q.seq_at_cum,
                               {"tenant": tenant, "session_id": session_id, "cum": cum})
         return int(found[0][0]) if found else None
+
+    def _b_window_probe(self, tenant: str, session_id: str, budget: int
+                        ) -> tuple[Session | None, list[Row]]:
+        params = {"tenant": tenant, "session_id": session_id, "budget": budget}
+        with self._pool.connection() as conn:
+            found = conn.cursor(binary=True).execute(self._q.window_probe, params).fetchall()
+        if not found:
+            return None, []
+        session = _session_decoder.decode(found[0][0])
+        return session, [Row(*r[1:]) for r in found if r[1] is not None]
 
     def _b_kept_rows(self, tenant: str, session_id: str, hi: int) -> list[Row]:
         return self._rows(self._q.kept_rows, (tenant, session_id, hi))
