@@ -127,8 +127,9 @@ class Engine:
     def _b_window_probe(self, tenant: str, session_id: str, budget: int
                         ) -> tuple[Session | None, list[Row]] | None:
         """Optional, for backends where a round trip costs: in one read, the session
-        (None when unknown) and its own rows from ``seq_at_cum(token_count - budget) - 1``
-        (0 when that is not positive, the last row when no row qualifies) to the end.
+        (None when unknown) and, for a session that is not a fork, its rows from
+        ``seq_at_cum(token_count - budget) - 1`` (0 when that is not positive, the last
+        row when no row qualifies) to the end; the rows of a fork are not used.
         None: not implemented, the engine makes the reads one by one."""
         return None
 

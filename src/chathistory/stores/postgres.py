@@ -330,28 +330,19 @@ class _Queries:
             )
             SELECT lo FROM search WHERE lo = hi AND lo < top"""
         # a window read in one round trip: the session, and its own rows from the one
-        # before the first whose cum_before reaches token_count - budget (the search above)
+        # before the first whose cum_before reaches token_count - budget. That first row
+        # is found walking back from the newest row, over the rows the window reads anyway
+        # (cum_before never decreases along seq), so this costs O(rows in the window).
         self.window_probe = f"""
-            WITH RECURSIVE sess AS (
+            WITH sess AS (
                 SELECT payload::text AS payload,
                        COALESCE((payload->>'token_count')::bigint, 0) - %(budget)s AS cum,
                        COALESCE((payload->>'message_count')::bigint, 0) AS n
                 FROM {s}.sessions WHERE {named}
-            ), search(lo, hi, top) AS (
-                SELECT b.lo, b.top, b.top FROM (SELECT
-                    (SELECT seq FROM {m} WHERE {named} ORDER BY seq LIMIT 1) AS lo,
-                    (SELECT seq + 1 FROM {m} WHERE {named} ORDER BY seq DESC LIMIT 1) AS top
-                ) AS b WHERE (SELECT cum FROM sess) > 0
-              UNION ALL
-                SELECT CASE WHEN p.cum_before >= t.cum THEN q.lo ELSE p.seq + 1 END,
-                       CASE WHEN p.cum_before >= t.cum THEN p.seq ELSE q.hi END, q.top
-                FROM search AS q CROSS JOIN sess AS t CROSS JOIN LATERAL (
-                    SELECT seq, cum_before FROM {m}
-                    WHERE {named} AND seq = (q.lo + q.hi) / 2 OFFSET 0) AS p
-                WHERE q.lo < q.hi
             ), first AS (
                 SELECT CASE WHEN t.cum <= 0 THEN 0 ELSE COALESCE(
-                    (SELECT lo FROM search WHERE lo = hi AND lo < top), t.n) END AS seq
+                    (SELECT seq + 1 FROM {m} WHERE {named} AND cum_before < t.cum
+                     ORDER BY seq DESC LIMIT 1), 0) END AS seq
                 FROM sess AS t
             )
             SELECT t.payload, r.* FROM sess AS t CROSS JOIN first AS f LEFT JOIN LATERAL (
