@@ -396,3 +396,81 @@ def _first_past(store: PostgresStore, session_id: str, cum: int) -> int | None:
         found = c.execute(f"SELECT min(seq) FROM {store.schema}.messages WHERE session_id = %s "
                           "AND cum_before >= %s", (session_id, cum)).fetchone()
     return found[0]
+
+
+# ---------------------------------------------------------------- optimistic appends
+
+
+def test_an_append_raced_between_plan_and_write_is_planned_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The optimistic append writes only if the session's version has not moved since
+    it was read: a writer that gets in between makes it plan again on the new state."""
+    from chathistory.stores import postgres
+
+    s = _store(schema=_schema(), drop_schema_on_close=True)
+    other = _store(schema=s.schema)
+    try:
+        s.create_session("race")
+        first, mine, late = Message.user("first"), Message.user("mine"), Message.user("late")
+        s.append("race", [first])
+        planned = postgres._OptimisticTxn.write
+        raced: list[int] = []
+
+        def write_after_a_race(self: Any, *args: Any) -> None:
+            if self.key == ("default", "race") and not raced and self.session.version == 1:
+                raced.append(0)  # another writer appends after this plan read version 1
+                raced[0] = other.append("race", [late])
+            planned(self, *args)
+
+        monkeypatch.setattr(postgres._OptimisticTxn, "write", write_after_a_race)
+        assert s.append("race", [mine]) == 3  # planned twice: at version 1, then at 2
+        assert raced == [2]
+        assert [m.id for m in s.range("race")] == [first.id, late.id, mine.id]
+        with psycopg.connect(PG_URL) as c:
+            rows = c.execute(f"SELECT seq, version, tokens, cum_before FROM {s.schema}.messages "
+                             "ORDER BY seq").fetchall()
+        assert [(seq, version) for seq, version, _, _ in rows] == [(0, 1), (1, 2), (2, 3)]
+        assert [cum for _, _, _, cum in rows] == [0, rows[0][2], rows[0][2] + rows[1][2]]
+        assert s.append("race", [mine]) == 3  # a retry of an acknowledged append
+    finally:
+        other.close()
+        s.close()
+
+
+def test_appends_that_keep_losing_the_race_take_the_row_lock(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from chathistory.stores import postgres
+
+    s = _store(schema=_schema(), drop_schema_on_close=True)
+    other = _store(schema=s.schema)
+    try:
+        s.create_session("busy")
+        planned = postgres._OptimisticTxn.write
+
+        racing: list[bool] = []
+
+        def always_raced(self: Any, *args: Any) -> None:
+            if not racing:  # the other writer's own append is not raced
+                racing.append(True)
+                other.append("busy", [Message.assistant("in between")])
+                racing.clear()
+            planned(self, *args)
+
+        locked: list[str] = []
+        original = PostgresStore._append_locked
+
+        def spy(self: PostgresStore, tenant: str, session_id: str, fn: Any) -> Any:
+            locked.append(session_id)
+            return original(self, tenant, session_id, fn)
+
+        monkeypatch.setattr(postgres._OptimisticTxn, "write", always_raced)
+        monkeypatch.setattr(PostgresStore, "_append_locked", spy)
+        mine = Message.user("mine")
+        version = s.append("busy", [mine])
+        assert locked == ["busy"]
+        assert version == postgres._OPTIMISTIC_TRIES + 1
+        stored = s.range("busy")
+        assert stored[-1].id == mine.id and len(stored) == version
+    finally:
+        other.close()
+        s.close()

@@ -104,8 +104,11 @@ class Engine:
         """Delete the session, its own rows, calls, status overrides and asset references."""
         raise NotImplementedError
 
-    def _b_append(self, tenant: str, session_id: str, fn: Callable[[AppendTxn], T]) -> T:
-        """Run ``fn`` in a transaction on the session (retrying it on a write race)."""
+    def _b_append(self, tenant: str, session_id: str, fn: Callable[[AppendTxn], T],
+                  ids: Sequence[str] = ()) -> T:
+        """Run ``fn`` in a transaction on the session (retrying it on a write race).
+        ``ids``: the batch's message ids, which ``fn`` will ask ``existing()`` about
+        (a backend may read them together with the session)."""
         raise NotImplementedError
 
     def _b_rows(self, tenant: str, session_id: str, lo: int, hi: int) -> list[Row]:
@@ -364,7 +367,7 @@ class Engine:
             tx.write(rows, calls, clear, updated, assets)
             return version
 
-        return self._b_append(tenant, session_id, run)
+        return self._b_append(tenant, session_id, run, [m.id for m in batch])
 
     # ================================================================ lineage
 

@@ -136,7 +136,8 @@ class MemoryStore(BaseStore):
                 table.pop(key, None)
 
     # messages
-    def _b_append(self, tenant: str, session_id: str, fn: Callable[[_Txn], T]) -> T:
+    def _b_append(self, tenant: str, session_id: str, fn: Callable[[_Txn], T],
+                  ids: Sequence[str] = ()) -> T:
         with self._lock:
             return fn(_Txn(self, (tenant, session_id)))
 

@@ -90,6 +90,7 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _CONNECT_TIMEOUT = 3  # seconds: an unreachable server fails the constructor promptly
 _RETRIES = 20  # an append that lost a deadlock is run again, this many times at most
+_OPTIMISTIC_TRIES = 3  # optimistic plans an append tries before it takes the row lock
 _session_decoder = msgspec.json.Decoder(Session)
 _ROW = "seq, id, role, data, tokens, cum_before, cut_ok, orphan, status, version"
 _NO_LIMIT = 2**62
@@ -365,6 +366,40 @@ class _Queries:
             f"INSERT INTO {s}.calls (tenant, session_id, call_id, seq) "
             "SELECT %s, %s, * FROM unnest(%s::text[], %s::bigint[]) "
             "ON CONFLICT (tenant, session_id, call_id) DO UPDATE SET seq = EXCLUDED.seq")
+        # an optimistic append in one statement (one implicit transaction): every write
+        # happens only if the session is still at the version the append was planned on
+        self.append_if = f"""
+            WITH saved AS (
+                UPDATE {s}.sessions SET version = %(version)s, expires_at = %(expires_at)s,
+                    updated_iso = %(updated)s, payload = %(payload)s
+                WHERE {named} AND version = %(expected)s RETURNING 1
+            ), cleared AS (
+                UPDATE {m} SET cut_ok = false WHERE {named} AND seq >= %(clear_lo)s
+                AND seq < %(clear_hi)s AND cut_ok AND EXISTS (SELECT 1 FROM saved)
+            ), added AS (
+                INSERT INTO {m} (tenant, session_id, {_ROW})
+                SELECT %(tenant)s, %(session_id)s, * FROM unnest(
+                    %(seq)s::bigint[], %(id)s::text[], %(role)s::text[], %(data)s::bytea[],
+                    %(tokens)s::integer[], %(cum_before)s::bigint[], %(cut_ok)s::boolean[],
+                    %(orphan)s::boolean[], %(status)s::smallint[], %(row_version)s::bigint[])
+                WHERE EXISTS (SELECT 1 FROM saved)
+            ), added_ids AS (
+                INSERT INTO {s}.message_ids (tenant, session_id, id, seq, version)
+                SELECT %(tenant)s, %(session_id)s, * FROM unnest(
+                    %(id)s::text[], %(seq)s::bigint[], %(row_version)s::bigint[])
+                WHERE EXISTS (SELECT 1 FROM saved)
+            ), added_kept AS (
+                INSERT INTO {s}.kept (tenant, session_id, seq)
+                SELECT %(tenant)s, %(session_id)s, k FROM unnest(%(kept)s::bigint[]) AS k
+                WHERE EXISTS (SELECT 1 FROM saved)
+            ), added_calls AS (
+                INSERT INTO {s}.calls (tenant, session_id, call_id, seq)
+                SELECT %(tenant)s, %(session_id)s, * FROM unnest(
+                    %(call_id)s::text[], %(call_seq)s::bigint[])
+                WHERE EXISTS (SELECT 1 FROM saved)
+                ON CONFLICT (tenant, session_id, call_id) DO UPDATE SET seq = EXCLUDED.seq
+            )
+            SELECT count(*) FROM saved"""
         self.set_status = (f"UPDATE {m} SET status = %s WHERE {key} "
                            "AND seq >= %s AND seq < %s")
         self.set_overrides = (
@@ -457,6 +492,55 @@ class _Txn:
             if assets:
                 conn.execute(q.add_refs, (*key, sorted(assets)))
             conn.execute(q.save_session, (version, expires_at, updated, payload, *key))
+
+
+class _Planned(Exception):
+    """What an optimistic append's function asked to write (raised past the function's
+    own return, so a retry can run it again from the start)."""
+
+
+class _OptimisticTxn:
+    """An append planned without a lock: the session and the batch's stored ids were
+    read together in one round trip; ``write`` keeps what to store, which is then
+    written by one statement only if the session's version has not moved."""
+
+    def __init__(self, store: PostgresStore, conn: psycopg.Connection[Any], tenant: str,
+                 session_id: str, session: Session | None, asked: Sequence[str],
+                 existing: dict[str, int]) -> None:
+        self.q, self.conn = store._q, conn
+        self.key = (tenant, session_id)
+        self.session = session
+        self._asked, self._existing = set(asked), existing
+        self.planned: dict[str, Any] | None = None
+
+    def existing(self, ids: Sequence[str]) -> dict[str, int]:
+        if self._asked.issuperset(ids):
+            return {i: self._existing[i] for i in ids if i in self._existing}
+        cursor = self.conn.execute(self.q.existing, (list(ids), *self.key))
+        return {i: v for i, v in cursor}
+
+    def calls(self, call_ids: Sequence[str]) -> dict[str, int]:
+        cursor = self.conn.execute(self.q.find_calls, (list(call_ids), *self.key, _NO_LIMIT))
+        return {c: seq for c, seq in cursor}
+
+    def write(self, rows: list[Row], calls: dict[str, int], clear: tuple[int, int] | None,
+              session: Session, assets: dict[str, tuple[bytes, str]]) -> None:
+        if assets:
+            raise _Planned  # attachments take the locked path (their upserts order locks)
+        assert self.session is not None
+        _, version, expires_at, updated, payload = _session_params(session)
+        columns = list(zip(*rows, strict=True)) if rows else [()] * len(Row._fields)
+        self.planned = {
+            "tenant": self.key[0], "session_id": self.key[1], "version": version,
+            "expires_at": expires_at, "updated": updated, "payload": payload,
+            "expected": self.session.version,
+            "clear_lo": clear[0] if clear else 0, "clear_hi": clear[1] if clear else 0,
+            **{name: list(values) for name, values in zip(
+                ("seq", "id", "role", "data", "tokens", "cum_before", "cut_ok", "orphan",
+                 "status", "row_version"), columns, strict=True)},
+            "kept": [r.seq for r in rows if r.role in _KEPT],
+            "call_id": list(calls), "call_seq": list(calls.values()),
+        }
 
 
 class PostgresStore(BaseStore):
@@ -591,7 +675,36 @@ class PostgresStore(BaseStore):
 
     # ---------------------------------------------------------------- messages
 
-    def _b_append(self, tenant: str, session_id: str, fn: Callable[[AppendTxn], T]) -> T:
+    def _b_append(self, tenant: str, session_id: str, fn: Callable[[AppendTxn], T],
+                  ids: Sequence[str] = ()) -> T:
+        # Optimistic first: read the session and the batch's stored ids in one round
+        # trip, plan, and write everything in one statement that only takes effect if
+        # the session is still at the version read (two round trips, no BEGIN/COMMIT).
+        # When other writers keep moving the session, or attachments are written, the
+        # append queues on the session's row lock instead.
+        for _ in range(_OPTIMISTIC_TRIES):
+            try:
+                with self._pool.connection() as conn:
+                    with conn.pipeline():
+                        session_cursor = conn.execute(self._q.get_session,
+                                                      (tenant, session_id))
+                        ids_cursor = conn.execute(self._q.existing,
+                                                  (list(ids), tenant, session_id))
+                    found = _sessions(session_cursor)
+                    tx = _OptimisticTxn(self, conn, tenant, session_id,
+                                        found[0] if found else None, ids,
+                                        {i: v for i, v in ids_cursor})
+                    result = fn(tx)
+                    if tx.planned is None:  # nothing to write (a retry, or an error raised)
+                        return result
+                    (stored,) = conn.execute(self._q.append_if, tx.planned).fetchone() or (0,)
+                    if stored:
+                        return result
+            except _Planned:
+                break
+        return self._append_locked(tenant, session_id, fn)
+
+    def _append_locked(self, tenant: str, session_id: str, fn: Callable[[AppendTxn], T]) -> T:
         for attempt in range(_RETRIES):
             try:
                 # pipeline mode: BEGIN travels with the lock, COMMIT with the writes

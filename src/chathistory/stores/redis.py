@@ -559,7 +559,8 @@ class RedisStore(BaseStore):
 
     # ================================================================ messages
 
-    def _b_append(self, tenant: str, session_id: str, fn: Callable[[_Txn], T]) -> T:
+    def _b_append(self, tenant: str, session_id: str, fn: Callable[[_Txn], T],
+                  ids: Sequence[str] = ()) -> T:
         deadline = time.monotonic() + 30.0
         attempt = 0
         while True:

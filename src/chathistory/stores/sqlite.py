@@ -448,7 +448,8 @@ class SQLiteStore(BaseStore):
 
     # ---------------------------------------------------------------- messages
 
-    def _b_append(self, tenant: str, session_id: str, fn: Callable[[Any], T]) -> T:
+    def _b_append(self, tenant: str, session_id: str, fn: Callable[[Any], T],
+                  ids: Sequence[str] = ()) -> T:
         # BEGIN IMMEDIATE holds the file's write lock for the whole function, so
         # there is no write race to retry: fn runs exactly once.
         with self.atomic() as conn:
