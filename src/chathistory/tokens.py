@@ -292,7 +292,7 @@ def get_counter(spec: str | TokenCounter | Callable[[str], int] | None = None) -
             counter = get_counter(encoding)
         _counters[spec] = counter
         return counter
-    if isinstance(spec, TokenCounter):
+    if isinstance(spec, (ChatCounter, TokenCounter)):  # ChatCounter first: no protocol check
         return spec
     if callable(spec):
         return CallableCounter(spec, name=getattr(spec, "__qualname__", "callable"))

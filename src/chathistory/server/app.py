@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..assets import FileAssetStore
 from ..model.parts import MAX_ATTACHMENT_BYTES
+from ..stores import bridge
 from ..stores.base import Store
 from . import auth
 from .errors import HTTPError, error_body
@@ -40,7 +41,7 @@ from .logging import access_log, logger
 from .metrics import Metrics
 from .wire import JSON_TYPE, json_body
 
-__all__ = ["Context", "Endpoint", "Limits", "Param", "Service", "create_app"]
+__all__ = ["Context", "Endpoint", "Limits", "Param", "Service", "call_store", "create_app"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -100,6 +101,27 @@ async def run(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         _executor = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="chathistory-store")
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_executor, functools.partial(fn, *args, **kwargs))
+
+
+_cooperative: dict[tuple[int, int], asyncio.Semaphore] = {}
+
+
+async def call_store(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """A store method that only waits on its database, like ``run``. A store that
+    can wait on the event loop (``cooperative_limit``: PostgreSQL) runs it on the
+    loop's thread instead, in a greenlet (``stores.bridge``), at most that many at
+    once: no thread hand-off, no context switch per database round trip. (Not for
+    calls that wait on anything else, such as an import reading the request body.)"""
+    store = getattr(fn, "__self__", None)
+    limit = getattr(store, "cooperative_limit", 0)
+    if not limit:
+        return await run(fn, *args, **kwargs)
+    key = (id(store), id(asyncio.get_running_loop()))
+    gate = _cooperative.get(key)
+    if gate is None:
+        gate = _cooperative[key] = asyncio.Semaphore(limit)
+    async with gate:
+        return await bridge.call(fn, *args, **kwargs)
 
 
 @dataclass

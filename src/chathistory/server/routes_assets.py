@@ -15,7 +15,7 @@ from ..errors import InvalidMessage, NotFound
 from ..model import Attachment
 from ..model._sniff import sniff_mime
 from ..stores.base import BaseStore, Store
-from .app import Context, Endpoint, Param, run
+from .app import Context, Endpoint, Param, call_store, run
 from .errors import HTTPError
 from .schema import EraseBody, EraseOut, ImportOut, Me, PurgeOut
 from .wire import json_response, too_large
@@ -83,7 +83,7 @@ async def download_asset(ctx: Context) -> Response:
     if info is not None:
         return FileResponse(assets.path(tenant, sha256), media_type=info.mime_type,
                             headers=headers)
-    data = await run(ctx.store.get_asset, sha256, tenant=tenant)
+    data = await call_store(ctx.store.get_asset, sha256, tenant=tenant)
     return Response(data, media_type=sniff_mime(data), headers=headers)
 
 
@@ -106,7 +106,7 @@ def _chunked(lines: Iterator[bytes]) -> Iterator[bytes]:
 async def export(ctx: Context) -> Response:
     ids = ctx.request.query_params.getlist("session_id") or None
     for sid in ids or ():  # every unknown id is a 404 before the stream starts
-        await run(ctx.store.get_session, sid, tenant=ctx.tenant)
+        await call_store(ctx.store.get_session, sid, tenant=ctx.tenant)
     lines = _chunked(iter(ctx.store.export(tenant=ctx.tenant, session_ids=ids)))
     return StreamingResponse(iterate_in_threadpool(lines), media_type=NDJSON)
 
@@ -163,7 +163,7 @@ async def erase(ctx: Context) -> Response:
     body = await ctx.json(EraseBody)
     if body.user is None and not body.all:
         raise ValueError("name a user, or pass \"all\": true to erase the whole tenant")
-    deleted = await run(ctx.store.erase, tenant=ctx.tenant, user=body.user)
+    deleted = await call_store(ctx.store.erase, tenant=ctx.tenant, user=body.user)
     if body.user is None:
         await run(ctx.service.assets.erase, ctx.tenant)
     return json_response(EraseOut(deleted))

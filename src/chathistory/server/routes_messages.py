@@ -13,7 +13,7 @@ from ..errors import InvalidMessage, NotFound
 from ..model import Attachment, KVStatus, Message
 from ..stores.engine import Engine
 from ..window import WindowPlan
-from .app import Context, Endpoint, Param, run
+from .app import Context, Endpoint, Param, call_store, run
 from .errors import HTTPError
 from .ops import counter_for, plan_window, reduce_session
 from .routes_sessions import SESSION, guarded
@@ -88,7 +88,7 @@ async def read_messages(ctx: Context) -> Response:
         max_tokens = query_int(request, "max_tokens")
         counter = counter_for(store, params.get("counter") or None)
         call = store.window_json if raw else store.window  # type: ignore[attr-defined]
-        found = await run(call, sid, max_tokens or 0, counter, tenant=ctx.tenant,
+        found = await call_store(call, sid, max_tokens or 0, counter, tenant=ctx.tenant,
                           keep_system=query_bool(request, "keep_system"))
     else:
         for name in ("counter", "keep_system"):
@@ -96,12 +96,12 @@ async def read_messages(ctx: Context) -> Response:
                 raise ValueError(f"{name} applies to max_tokens only")
         if selector == "tail":
             call = store.tail_json if raw else store.tail  # type: ignore[attr-defined]
-            found = await run(call, sid, query_int(request, "tail") or 0, tenant=ctx.tenant,
+            found = await call_store(call, sid, query_int(request, "tail") or 0, tenant=ctx.tenant,
                               include_marked=query_bool(request, "include_marked"))
         else:
             start = query_int(request, "start", 0)
             call = store.range_json if raw else store.range  # type: ignore[attr-defined]
-            found = await run(call, sid, start or 0, query_int(request, "stop"),
+            found = await call_store(call, sid, start or 0, query_int(request, "stop"),
                               tenant=ctx.tenant,
                               include_marked=query_bool(request, "include_marked", True))
     if raw:
@@ -140,13 +140,13 @@ async def _formatted(ctx: Context, fmt: str, messages: list[Message]) -> Any:
 async def context(ctx: Context) -> Response:
     head = query_int(ctx.request, "head", 0) or 0
     tail = query_int(ctx.request, "tail", 0) or 0
-    messages = await run(ctx.store.context, ctx.param("session_id"), head, tail,
+    messages = await call_store(ctx.store.context, ctx.param("session_id"), head, tail,
                          tenant=ctx.tenant)
     return json_response(MessagesOut(messages))
 
 
 async def get_message(ctx: Context) -> Response:
-    message = await run(ctx.store.get, ctx.param("session_id"), ctx.param("message_id"),
+    message = await call_store(ctx.store.get, ctx.param("session_id"), ctx.param("message_id"),
                         tenant=ctx.tenant)
     return json_response(message)
 
@@ -159,13 +159,13 @@ async def pop(ctx: Context) -> Response:
 
 
 async def clear(ctx: Context) -> Response:
-    version = await run(ctx.store.clear, ctx.param("session_id"), tenant=ctx.tenant)
+    version = await call_store(ctx.store.clear, ctx.param("session_id"), tenant=ctx.tenant)
     return json_response(VersionOut(version), headers=etag(version))
 
 
 async def mark(ctx: Context) -> Response:
     body = await ctx.json(MarkBody)
-    changed = await run(ctx.store.mark, ctx.param("session_id"), body.ids,
+    changed = await call_store(ctx.store.mark, ctx.param("session_id"), body.ids,
                         KVStatus(body.status), tenant=ctx.tenant)
     return json_response(MarkOut(changed))
 

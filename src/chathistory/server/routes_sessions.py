@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from ..errors import Conflict, InvalidMessage
 from ..stores.model import Session
-from .app import Context, Endpoint, Param, run
+from .app import Context, Endpoint, Param, call_store
 from .errors import PreconditionFailed
 from .schema import CreateSessionBody, EditBody, ForkBody, SessionPage, UpdateSessionBody
 from .wire import (
@@ -36,10 +36,10 @@ async def guarded(ctx: Context, session_id: str, expected: int | None,
     """Run a write with ``expected_version``; a conflict because the session moved
     past the ``If-Match`` version is a 412, any other conflict a 409."""
     try:
-        return await run(fn, *args, expected_version=expected, **kwargs)
+        return await call_store(fn, *args, expected_version=expected, **kwargs)
     except Conflict as exc:
         if expected is not None:
-            current = await run(ctx.store.get_session, session_id, tenant=ctx.tenant)
+            current = await call_store(ctx.store.get_session, session_id, tenant=ctx.tenant)
             if current.version != expected:
                 raise PreconditionFailed(str(exc)) from None
         raise
@@ -52,7 +52,7 @@ def _sessions_json(sessions: list[Session]) -> bytes:
 async def create_session(ctx: Context) -> Response:
     body = await ctx.json(CreateSessionBody)
     url_safe_id(body.id, "$.id")
-    session = await run(ctx.store.create_session, body.id, tenant=ctx.tenant, user=body.user,
+    session = await call_store(ctx.store.create_session, body.id, tenant=ctx.tenant, user=body.user,
                         metadata=body.metadata, state=body.state, ttl=body.ttl_seconds)
     response = session_response(session, 201)
     response.headers["Location"] = location("/v1/sessions/{}", session.id)
@@ -72,7 +72,7 @@ async def list_sessions(ctx: Context) -> Response:
     order: Literal["created", "recent"] = "recent" if raw_order == "recent" else "created"
     metadata = {k[len("metadata."):]: query_json_value(v)
                 for k, v in request.query_params.multi_items() if k.startswith("metadata.")}
-    page = await run(ctx.store.list_sessions, tenant=ctx.tenant,
+    page = await call_store(ctx.store.list_sessions, tenant=ctx.tenant,
                      user=request.query_params.get("user"), metadata=metadata or None,
                      limit=limit, cursor=request.query_params.get("cursor") or None,
                      order=order, query=request.query_params.get("q") or None)
@@ -86,7 +86,7 @@ def _quote(text: str) -> bytes:
 
 
 async def get_session(ctx: Context) -> Response:
-    return session_response(await run(ctx.store.get_session, ctx.param("session_id"),
+    return session_response(await call_store(ctx.store.get_session, ctx.param("session_id"),
                                        tenant=ctx.tenant))
 
 
@@ -102,7 +102,7 @@ async def update_session(ctx: Context) -> Response:
 
 async def delete_session(ctx: Context) -> Response:
     cascade = query_bool(ctx.request, "cascade")
-    await run(ctx.store.delete_session, ctx.param("session_id"), tenant=ctx.tenant,
+    await call_store(ctx.store.delete_session, ctx.param("session_id"), tenant=ctx.tenant,
               cascade=cascade)
     return Response(status_code=204)
 
@@ -110,7 +110,7 @@ async def delete_session(ctx: Context) -> Response:
 async def fork_session(ctx: Context) -> Response:
     body = await ctx.json(ForkBody)
     url_safe_id(body.new_session_id, "$.new_session_id")
-    session = await run(ctx.store.fork, ctx.param("session_id"), body.at_message_id,
+    session = await call_store(ctx.store.fork, ctx.param("session_id"), body.at_message_id,
                         tenant=ctx.tenant, new_session_id=body.new_session_id)
     return session_response(session, 201)
 
@@ -119,7 +119,7 @@ async def edit_session(ctx: Context) -> Response:
     body = await ctx.json(EditBody)
     body.message.token_counts = None  # counts are the server's to make
     try:
-        session = await run(ctx.store.edit, ctx.param("session_id"), body.message_id,
+        session = await call_store(ctx.store.edit, ctx.param("session_id"), body.message_id,
                             body.message, tenant=ctx.tenant)
     except InvalidMessage as exc:
         raise exc.under("$.message") if exc.path.startswith("$.") else exc from None
@@ -127,7 +127,7 @@ async def edit_session(ctx: Context) -> Response:
 
 
 async def lineage(ctx: Context) -> Response:
-    sessions = await run(ctx.store.lineage, ctx.param("session_id"), tenant=ctx.tenant)
+    sessions = await call_store(ctx.store.lineage, ctx.param("session_id"), tenant=ctx.tenant)
     return Response(_sessions_json(sessions), media_type=JSON_TYPE)
 
 

@@ -49,13 +49,16 @@ from .model import Row, Session
 try:
     import psycopg
     from psycopg import errors as pg_errors
+    from psycopg import waiting
     from psycopg.abc import Buffer
     from psycopg.conninfo import conninfo_to_dict
     from psycopg.rows import args_row
     from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
     from psycopg_pool import ConnectionPool
+
+    from .bridge import await_only, in_bridge
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise MissingDependency("psycopg", "postgres") from exc
+    raise MissingDependency(exc.name or "psycopg", "postgres") from exc
 
 __all__ = ["MIGRATIONS", "PostgresStore"]
 
@@ -82,6 +85,17 @@ class _BinaryText(StrBinaryDumper):
     def dump(self, obj: str) -> Buffer | None:
         _refuse_nul(obj)
         return super().dump(obj)
+
+
+class _Connection(psycopg.Connection[Any]):
+    """psycopg's connection; inside ``bridge.call()`` its waits on the socket go to
+    the event loop (``wait_async``) instead of blocking the loop's thread, so the
+    same sync store serves an async server without worker threads."""
+
+    def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+        if in_bridge():
+            return await_only(waiting.wait_async(gen, self.pgconn.socket, timeout=timeout))
+        return super().wait(gen, interval, timeout)
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
@@ -573,7 +587,10 @@ class PostgresStore(BaseStore):
             migrate(conn, schema, partitions)
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             url, min_size=1, max_size=pool_size, kwargs=options, open=False,
-            name=f"chathistory-{schema}", configure=_configure)
+            name=f"chathistory-{schema}", configure=_configure, connection_class=_Connection)
+        # bridge.call() may run this many calls at once on one thread: never more than
+        # the pool holds, as a call waiting for a connection would block that thread
+        self.cooperative_limit = pool_size
         self._pool.open(wait=True, timeout=10)
 
     @classmethod
