@@ -22,6 +22,7 @@ import test_conformance as conformance
 
 from chathistory import Message
 from chathistory.stores import open_store
+from chathistory.tokens import cached_count
 
 psycopg = pytest.importorskip("psycopg")
 from chathistory.stores.postgres import MIGRATIONS, PostgresStore, migrate  # noqa: E402
@@ -471,6 +472,41 @@ def test_appends_that_keep_losing_the_race_take_the_row_lock(
         assert version == postgres._OPTIMISTIC_TRIES + 1
         stored = s.range("busy")
         assert stored[-1].id == mine.id and len(stored) == version
+    finally:
+        other.close()
+        s.close()
+
+
+def test_a_session_deleted_and_created_again_is_not_written_from_an_old_plan(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recreated session reaches the version the plan read; its creation time
+    tells it apart, so the plan is made again on the new session."""
+    from chathistory.stores import postgres
+
+    s = _store(schema=_schema(), drop_schema_on_close=True)
+    other = _store(schema=s.schema)
+    try:
+        s.create_session("again")
+        s.append("again", [Message.user("old incarnation, a longer text " * 5)])
+        planned = postgres._OptimisticTxn.write
+        newer = Message.user("new")
+
+        def recreated_meanwhile(self: Any, *args: Any) -> None:
+            if self.key == ("default", "again") and self.session.message_count == 1 and \
+                    self.session.token_count > 20:
+                other.delete_session("again")
+                other.create_session("again", metadata={"incarnation": 2})
+                assert other.append("again", [newer]) == 1  # the version the plan read
+            planned(self, *args)
+
+        monkeypatch.setattr(postgres._OptimisticTxn, "write", recreated_meanwhile)
+        mine = Message.user("mine")
+        assert s.append("again", [mine]) == 2
+        session = s.get_session("again")
+        assert session.metadata == {"incarnation": 2}
+        assert [m.id for m in s.range("again")] == [newer.id, mine.id]
+        counts = [cached_count(m, s.counter) for m in (newer, mine)]
+        assert session.token_count == sum(counts)
     finally:
         other.close()
         s.close()

@@ -386,7 +386,8 @@ class _Queries:
             WITH saved AS (
                 UPDATE {s}.sessions SET version = %(version)s, expires_at = %(expires_at)s,
                     updated_iso = %(updated)s, payload = %(payload)s
-                WHERE {named} AND version = %(expected)s RETURNING 1
+                WHERE {named} AND version = %(expected)s AND created_iso = %(created)s
+                RETURNING 1
             ), cleared AS (
                 UPDATE {m} SET cut_ok = false WHERE {named} AND seq >= %(clear_lo)s
                 AND seq < %(clear_hi)s AND cut_ok AND EXISTS (SELECT 1 FROM saved)
@@ -548,6 +549,8 @@ class _OptimisticTxn:
             "tenant": self.key[0], "session_id": self.key[1], "version": version,
             "expires_at": expires_at, "updated": updated, "payload": payload,
             "expected": self.session.version,
+            # and the same session: one deleted and created again restarts its versions
+            "created": self.session.created_at.isoformat(),
             "clear_lo": clear[0] if clear else 0, "clear_hi": clear[1] if clear else 0,
             **{name: list(values) for name, values in zip(
                 ("seq", "id", "role", "data", "tokens", "cum_before", "cut_ok", "orphan",
