@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="service: seconds per cell (default 10, 3 with --quick)")
     parser.add_argument("--soak", type=float, default=None, metavar="SECONDS",
                         help="service: only a memory soak of appends for this long (e.g. 600)")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="service: uvicorn worker processes (default 1)")
+    parser.add_argument("--workers", type=int, default=max(1, os.cpu_count() or 1),
+                        help="service: uvicorn worker processes (default: one per CPU)")
     args = parser.parse_args(argv)
     for name in args.suites or list(SUITES):
         options = ({"duration": args.duration, "soak": args.soak, "workers": args.workers}

@@ -497,11 +497,13 @@ def _print(results: dict[str, Any], out: Callable[[str], None]) -> None:
         verdict: bool | None = None
         if c["store"] == "postgres" and c["clients"] == TARGET_CLIENTS:
             verdict = c["per_second"] >= TARGETS[c["op"]] and c["p99_ms"] < TARGET_P99_MS
+        db = "-" if c["db_cpu_ms"] is None else f"{c['db_cpu_ms']:.2f}"
         rows.append([c["store"], c["op"], str(c["clients"]), f"{c['per_second']:,.0f}",
                      f"{c['p50_ms']:.1f}", f"{c['p99_ms']:.1f}", str(c["errors"]),
+                     f"{c['server_cpu_ms']:.2f}/{c['client_cpu_ms']:.2f}/{db}",
                      f"{c['rss_start_mb']:.0f}/{c['rss_peak_mb']:.0f}/{c['rss_end_mb']:.0f}",
                      _verdict(verdict)])
     print_table(["store", "op", "clients", "req/s", "p50 ms", "p99 ms", "errors",
-                 "RSS MB start/peak/end", "target"], rows, out)
+                 "CPU ms/req server/load/db", "RSS MB start/peak/end", "target"], rows, out)
     out(f"targets (postgres, {TARGET_CLIENTS} clients): >= {TARGETS['append']:,.0f} appends/s, "
         f">= {TARGETS['window']:,.0f} window reads/s, p99 < {TARGET_P99_MS:g} ms")
