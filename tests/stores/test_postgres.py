@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import test_conformance as conformance
 
-from chathistory import Message
+from chathistory import Conflict, Message
 from chathistory.stores import open_store
 from chathistory.tokens import cached_count
 
@@ -507,6 +507,40 @@ def test_a_session_deleted_and_created_again_is_not_written_from_an_old_plan(
         assert [m.id for m in s.range("again")] == [newer.id, mine.id]
         counts = [cached_count(m, s.counter) for m in (newer, mine)]
         assert session.token_count == sum(counts)
+    finally:
+        other.close()
+        s.close()
+
+
+def test_appends_planned_on_the_session_as_this_process_wrote_it() -> None:
+    """After its own append a store plans the next on the session it wrote (one round
+    trip). When another process moved the session meanwhile, that plan is not written:
+    nothing lost, no spurious conflict, and a retry stores nothing twice."""
+    s = _store(schema=_schema(), drop_schema_on_close=True)
+    other = _store(schema=s.schema)
+    try:
+        s.create_session("kept")
+        a, b, c, d = (Message.user(f"{x} " * (i + 1)) for i, x in enumerate("abcd"))
+        assert s.append("kept", [a]) == 1
+        assert s._written[("default", "kept")].version == 1
+        assert other.append("kept", [b]) == 2  # this store's copy is now stale
+        assert s.append("kept", [c], expected_version=2) == 3  # not a Conflict
+        assert s.append("kept", [c]) == 3  # a retry, planned on the copy it wrote
+        assert other.append("kept", [d], expected_version=3) == 4
+        with pytest.raises(Conflict):
+            s.append("kept", [Message.user("e")], expected_version=3)
+        session = s.get_session("kept")
+        assert [m.id for m in s.range("kept")] == [a.id, b.id, c.id, d.id]
+        assert session.version == 4
+        assert session.token_count == sum(cached_count(m, s.counter) for m in (a, b, c, d))
+        with psycopg.connect(PG_URL) as conn:
+            rows = conn.execute(f"SELECT seq, version, tokens, cum_before FROM {s.schema}."
+                                "messages ORDER BY seq").fetchall()
+        assert [(seq, v) for seq, v, _, _ in rows] == [(0, 1), (1, 2), (2, 3), (3, 4)]
+        cum = 0
+        for _, _, tokens, cum_before in rows:
+            assert cum_before == cum
+            cum += tokens
     finally:
         other.close()
         s.close()

@@ -40,7 +40,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 
-from ..errors import Conflict, InvalidMessage, MissingDependency
+from ..errors import ChatHistoryError, Conflict, InvalidMessage, MissingDependency
 from ..tokens import TokenCounter
 from .base import AppendTxn, BaseStore
 from .engine import like_pattern, recent_key
@@ -105,6 +105,8 @@ _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _CONNECT_TIMEOUT = 3  # seconds: an unreachable server fails the constructor promptly
 _RETRIES = 20  # an append that lost a deadlock is run again, this many times at most
 _OPTIMISTIC_TRIES = 3  # optimistic plans an append tries before it takes the row lock
+_WRITTEN_SESSIONS = 4096  # sessions kept as this process last appended to them
+_MISSED = object()
 _session_decoder = msgspec.json.Decoder(Session)
 _ROW = "seq, id, role, data, tokens, cum_before, cut_ok, orphan, status, version"
 _NO_LIMIT = 2**62
@@ -527,6 +529,7 @@ class _OptimisticTxn:
         self.session = session
         self._asked, self._existing = set(asked), existing
         self.planned: dict[str, Any] | None = None
+        self.updated: Session | None = None
 
     def existing(self, ids: Sequence[str]) -> dict[str, int]:
         if self._asked.issuperset(ids):
@@ -543,6 +546,7 @@ class _OptimisticTxn:
         if assets:
             raise _Planned  # attachments take the locked path (their upserts order locks)
         assert self.session is not None
+        self.updated = session
         _, version, expires_at, updated, payload = _session_params(session)
         columns = list(zip(*rows, strict=True)) if rows else [()] * len(Row._fields)
         self.planned = {
@@ -591,6 +595,10 @@ class PostgresStore(BaseStore):
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             url, min_size=1, max_size=pool_size, kwargs=options, open=False,
             name=f"chathistory-{schema}", configure=_configure, connection_class=_Connection)
+        # (tenant, id) -> the session as an append of this process last wrote it: the
+        # next append plans on it and writes in one round trip, if the session has not
+        # moved since (checked by the write itself; a cache that is never trusted)
+        self._written: dict[tuple[str, str], Session] = {}
         # bridge.call() may run this many calls at once on one thread: never more than
         # the pool holds, as a call waiting for a connection would block that thread
         self.cooperative_limit = pool_size
@@ -702,6 +710,12 @@ class PostgresStore(BaseStore):
         # the session is still at the version read (two round trips, no BEGIN/COMMIT).
         # When other writers keep moving the session, or attachments are written, the
         # append queues on the session's row lock instead.
+        key = (tenant, session_id)
+        cached = self._written.pop(key, None)
+        if cached is not None:
+            result = self._append_as_written(tenant, session_id, fn, ids, cached)
+            if result is not _MISSED:
+                return result  # type: ignore[return-value]
         for _ in range(_OPTIMISTIC_TRIES):
             try:
                 with self._pool.connection() as conn:
@@ -719,10 +733,51 @@ class PostgresStore(BaseStore):
                         return result
                     (stored,) = conn.execute(self._q.append_if, tx.planned).fetchone() or (0,)
                     if stored:
+                        self._remember(key, tx.updated)
                         return result
             except _Planned:
                 break
         return self._append_locked(tenant, session_id, fn)
+
+    def _append_as_written(self, tenant: str, session_id: str, fn: Callable[[AppendTxn], T],
+                           ids: Sequence[str], cached: Session) -> T | object:
+        """One round trip: plan on the session as this process last wrote it, taking
+        none of the batch's ids to be stored, and write if the session is still at
+        that version and creation time. ``_MISSED`` when that cannot be known here:
+        another writer moved the session, the append is a retry of a stored one (its
+        ids are taken), or the plan raised (it may have read the stale copy)."""
+        if cached.parent_id is not None:  # a fork checks its ancestors' ids: the long way
+            return _MISSED
+        try:
+            with self._pool.connection() as conn:
+                tx = _OptimisticTxn(self, conn, tenant, session_id, cached, ids, {})
+                try:
+                    result = fn(tx)
+                except ChatHistoryError:
+                    return _MISSED
+                if tx.planned is None:
+                    return _MISSED
+                try:
+                    (stored,) = conn.execute(self._q.append_if, tx.planned).fetchone() or (0,)
+                except pg_errors.UniqueViolation:
+                    return _MISSED
+        except _Planned:
+            return _MISSED
+        if not stored:
+            return _MISSED
+        self._remember((tenant, session_id), tx.updated)
+        return result
+
+    def _remember(self, key: tuple[str, str], session: Session | None) -> None:
+        """Keep the session as this append wrote it, for the next append's plan."""
+        if session is None:
+            return
+        self._written[key] = session
+        while len(self._written) > _WRITTEN_SESSIONS:
+            try:
+                self._written.pop(next(iter(self._written)), None)
+            except (RuntimeError, StopIteration):  # another thread changed it meanwhile
+                break
 
     def _append_locked(self, tenant: str, session_id: str, fn: Callable[[AppendTxn], T]) -> T:
         for attempt in range(_RETRIES):
