@@ -104,7 +104,8 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _CONNECT_TIMEOUT = 3  # seconds: an unreachable server fails the constructor promptly
 _RETRIES = 20  # an append that lost a deadlock is run again, this many times at most
-_OPTIMISTIC_TRIES = 3  # optimistic plans an append tries before it takes the row lock
+_OPTIMISTIC_TRIES = 1  # optimistic plans an append tries before it takes the row lock
+_RACED_SECONDS = 2.0  # after a lost race, appends to that session take the row lock
 _WRITTEN_SESSIONS = 4096  # sessions kept as this process last appended to them
 _MISSED = object()
 _session_decoder = msgspec.json.Decoder(Session)
@@ -599,6 +600,7 @@ class PostgresStore(BaseStore):
         # next append plans on it and writes in one round trip, if the session has not
         # moved since (checked by the write itself; a cache that is never trusted)
         self._written: dict[tuple[str, str], Session] = {}
+        self._raced: dict[tuple[str, str], float] = {}  # (tenant, id) -> lost a race then
         # bridge.call() may run this many calls at once on one thread: never more than
         # the pool holds, as a call waiting for a connection would block that thread
         self.cooperative_limit = pool_size
@@ -711,6 +713,9 @@ class PostgresStore(BaseStore):
         # When other writers keep moving the session, or attachments are written, the
         # append queues on the session's row lock instead.
         key = (tenant, session_id)
+        raced = self._raced.get(key)
+        if raced is not None and time.monotonic() - raced < _RACED_SECONDS:
+            return self._append_locked(tenant, session_id, fn)  # writers queue up here
         cached = self._written.pop(key, None)
         if cached is not None:
             result = self._append_as_written(tenant, session_id, fn, ids, cached)
@@ -735,7 +740,15 @@ class PostgresStore(BaseStore):
                     if stored:
                         self._remember(key, tx.updated)
                         return result
-            except _Planned:
+            except _Planned:  # attachments: not a race, no mark
+                return self._append_locked(tenant, session_id, fn)
+        # lost the race: other writers are busy on this session, queue on its row lock
+        # (for a while, where a plan would mostly be made in vain)
+        self._raced[key] = time.monotonic()
+        while len(self._raced) > _WRITTEN_SESSIONS:
+            try:
+                self._raced.pop(next(iter(self._raced)), None)
+            except (RuntimeError, StopIteration):
                 break
         return self._append_locked(tenant, session_id, fn)
 
