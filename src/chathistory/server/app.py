@@ -108,9 +108,11 @@ _cooperative: dict[tuple[int, int], asyncio.Semaphore] = {}
 
 async def call_store(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """A store method that only waits on its database, like ``run``. A store that
-    can wait on the event loop (``cooperative_limit``: PostgreSQL) runs it on the
-    loop's thread instead, in a greenlet (``stores.bridge``), at most that many at
-    once: no thread hand-off, no context switch per database round trip. (Not for
+    says it may run on the event loop's thread (``cooperative_limit``) runs it there
+    instead, in a greenlet (``stores.bridge``), at most that many at once: no thread
+    hand-off. PostgreSQL hands each socket wait to the loop; SQLite and memory, whose
+    calls run one at a time behind their lock anyway, simply run (a SQLite write
+    waiting for another process's write lock holds the loop meanwhile). (Not for
     calls that wait on anything else, such as an import reading the request body.)"""
     store = getattr(fn, "__self__", None)
     limit = getattr(store, "cooperative_limit", 0)

@@ -285,6 +285,10 @@ class SQLiteStore(BaseStore):
         self._lock = threading.RLock()
         self._conn = self._connect()
         self._migrate()
+        # one connection behind one lock: calls run one at a time whatever thread makes
+        # them, so an async server runs them on its loop's thread (server.app.call_store)
+        # rather than paying a hand-off to a worker thread for nothing
+        self.cooperative_limit = 1
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLiteStore:
