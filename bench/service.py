@@ -178,6 +178,19 @@ class Server:
                 "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (APP_NAME,))]
         return sum(_cpu_seconds(pid) for pid in pids)
 
+    def analyze(self) -> None:
+        """PostgreSQL: ANALYZE the schema's tables, as autovacuum does in a running
+        deployment (a fresh schema has no statistics; PostgreSQL may then find a session
+        through another (tenant, ...) index and filter the tenant's sessions)."""
+        if not self.store_url.startswith("postgres"):
+            return
+        import psycopg
+
+        schema = dict(p.split("=", 1) for p in self.store_url.split("?", 1)[1].split("&"))
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f"ANALYZE {schema['schema']}.sessions, {schema['schema']}.messages, "
+                         f"{schema['schema']}.message_ids")
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -346,6 +359,7 @@ def run_cell(server: Server, op: str, clients: int, duration: float, processes: 
              sample: Callable[[], None] | None = None) -> dict[str, Any]:
     sessions = _prepare_sessions(server.port, server.key, clients,
                                  HISTORY if op == "window" else 0)
+    server.analyze()
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     nproc = max(1, min(processes, clients))
