@@ -138,6 +138,23 @@ def test_query_parameters_given_twice_or_empty(served_sqlite: Served) -> None:
             assert answer.status_code == 400, (params, answer.text)
         context = a.get(f"/v1/sessions/{sid}/context", params={"head": "", "tail": ""})
         assert context.status_code == 400
+        # was: text parameters read with .get(), so one of two values won silently
+        repeated = [("/v1/sessions", [("order", "recent"), ("order", "created")]),
+                    ("/v1/sessions", [("q", "x"), ("q", "y")]),
+                    ("/v1/sessions", [("user", "u"), ("user", "v")]),
+                    ("/v1/sessions", [("metadata.k", "1"), ("metadata.k", "2")]),
+                    (url, [("tail", "1"), ("format", "gemini"), ("format", "anthropic")]),
+                    (url, [("max_tokens", "50"), ("counter", "approx"),
+                           ("counter", "o200k_base")])]
+        for path, params in repeated:
+            answer = a.get(path, params=params)
+            name = params[-1][0]
+            assert answer.status_code == 400, (path, params, answer.text)
+            assert f"{name} is given 2 times" in answer.json()["error"]["message"]
+        upload = a.post("/v1/assets", params=[("name", "a.txt"), ("name", "b.txt")],
+                        content=b"hello", headers={"Content-Type": "text/plain"})
+        assert upload.status_code == 400 and "name is given 2 times" in upload.text
+        assert a.get("/v1/sessions", params={"order": "recent", "q": "x"}).status_code == 200
         assert a.get(url, params={"tail": "1"}).status_code == 200
 
 

@@ -18,7 +18,7 @@ from ..stores.base import BaseStore, Store
 from .app import Context, Endpoint, Param, call_store, run
 from .errors import HTTPError
 from .schema import EraseBody, EraseOut, ImportOut, Me, PurgeOut
-from .wire import json_response, too_large
+from .wire import json_response, query_str, too_large
 
 __all__ = ["ROUTES"]
 
@@ -32,7 +32,7 @@ _EXPORT_CHUNK = 64 * 1024
 
 
 def _upload_mime(ctx: Context) -> str | None:
-    given = ctx.request.query_params.get("mime_type")
+    given = query_str(ctx.request, "mime_type")
     if given:
         return given
     declared = (ctx.request.headers.get("content-type") or "").split(";")[0].strip().lower()
@@ -48,7 +48,7 @@ async def upload_asset(ctx: Context) -> Response:
         raise too_large(limit)
     try:
         writer: AssetWriter = await run(ctx.service.assets.writer, ctx.tenant,
-                                        name=ctx.request.query_params.get("name") or None,
+                                        name=query_str(ctx.request, "name") or None,
                                         mime_type=_upload_mime(ctx))
     except InvalidMessage as exc:
         raise HTTPError(415, "unsupported_media_type", exc.reason) from None

@@ -29,7 +29,16 @@ from .schema import (
     VersionOut,
     WindowBody,
 )
-from .wire import JSON_TYPE, etag, if_match, json_response, query_bool, query_int, rerooted
+from .wire import (
+    JSON_TYPE,
+    etag,
+    if_match,
+    json_response,
+    query_bool,
+    query_int,
+    query_str,
+    rerooted,
+)
 
 __all__ = ["FORMATS", "ROUTES"]
 
@@ -76,35 +85,36 @@ async def read_messages(ctx: Context) -> Response:
     request = ctx.request
     params = request.query_params
     selector = _exactly_one_selector(ctx)
-    fmt = params.get("format")
+    fmt = query_str(request, "format")
     store = ctx.store
     # without a format the stored JSON goes out as it is, never decoded (an Engine's *_json)
-    raw = not fmt and isinstance(store, Engine)
+    engine = store if not fmt and isinstance(store, Engine) else None
     call: Callable[..., Any]
+    found: Any  # bytes from an Engine's *_json, else list[Message]
     if selector == "max_tokens":
         if "include_marked" in params:
             raise ValueError("include_marked does not apply to max_tokens (marked messages "
                              "never count toward a window)")
         max_tokens = query_int(request, "max_tokens")
-        counter = counter_for(store, params.get("counter") or None)
-        call = store.window_json if raw else store.window  # type: ignore[attr-defined]
+        counter = counter_for(store, query_str(request, "counter") or None)
+        call = engine.window_json if engine else store.window
         found = await call_store(call, sid, max_tokens or 0, counter, tenant=ctx.tenant,
-                          keep_system=query_bool(request, "keep_system"))
+                                 keep_system=query_bool(request, "keep_system"))
     else:
         for name in ("counter", "keep_system"):
             if name in params:
                 raise ValueError(f"{name} applies to max_tokens only")
         if selector == "tail":
-            call = store.tail_json if raw else store.tail  # type: ignore[attr-defined]
+            call = engine.tail_json if engine else store.tail
             found = await call_store(call, sid, query_int(request, "tail") or 0, tenant=ctx.tenant,
-                              include_marked=query_bool(request, "include_marked"))
+                                     include_marked=query_bool(request, "include_marked"))
         else:
             start = query_int(request, "start", 0)
-            call = store.range_json if raw else store.range  # type: ignore[attr-defined]
+            call = engine.range_json if engine else store.range
             found = await call_store(call, sid, start or 0, query_int(request, "stop"),
-                              tenant=ctx.tenant,
-                              include_marked=query_bool(request, "include_marked", True))
-    if raw:
+                                     tenant=ctx.tenant,
+                                     include_marked=query_bool(request, "include_marked", True))
+    if engine is not None:
         return Response(b'{"messages":' + found + b"}", media_type=JSON_TYPE)
     if fmt:
         return json_response(await _formatted(ctx, fmt, found))
@@ -141,13 +151,13 @@ async def context(ctx: Context) -> Response:
     head = query_int(ctx.request, "head", 0) or 0
     tail = query_int(ctx.request, "tail", 0) or 0
     messages = await call_store(ctx.store.context, ctx.param("session_id"), head, tail,
-                         tenant=ctx.tenant)
+                                tenant=ctx.tenant)
     return json_response(MessagesOut(messages))
 
 
 async def get_message(ctx: Context) -> Response:
     message = await call_store(ctx.store.get, ctx.param("session_id"), ctx.param("message_id"),
-                        tenant=ctx.tenant)
+                               tenant=ctx.tenant)
     return json_response(message)
 
 
@@ -166,7 +176,7 @@ async def clear(ctx: Context) -> Response:
 async def mark(ctx: Context) -> Response:
     body = await ctx.json(MarkBody)
     changed = await call_store(ctx.store.mark, ctx.param("session_id"), body.ids,
-                        KVStatus(body.status), tenant=ctx.tenant)
+                               KVStatus(body.status), tenant=ctx.tenant)
     return json_response(MarkOut(changed))
 
 

@@ -21,6 +21,7 @@ from .wire import (
     query_bool,
     query_int,
     query_json_value,
+    query_str,
     session_response,
     url_safe_id,
 )
@@ -53,7 +54,7 @@ async def create_session(ctx: Context) -> Response:
     body = await ctx.json(CreateSessionBody)
     url_safe_id(body.id, "$.id")
     session = await call_store(ctx.store.create_session, body.id, tenant=ctx.tenant, user=body.user,
-                        metadata=body.metadata, state=body.state, ttl=body.ttl_seconds)
+                               metadata=body.metadata, state=body.state, ttl=body.ttl_seconds)
     response = session_response(session, 201)
     response.headers["Location"] = location("/v1/sessions/{}", session.id)
     return response
@@ -66,16 +67,16 @@ async def list_sessions(ctx: Context) -> Response:
     request = ctx.request
     limit = query_int(request, "limit", 50, low=1, high=1000)
     assert limit is not None
-    raw_order = request.query_params.get("order") or "created"
+    raw_order = query_str(request, "order") or "created"
     if raw_order not in _ORDERS:
         raise InvalidMessage(f"order must be one of {', '.join(_ORDERS)}", "order")
     order: Literal["created", "recent"] = "recent" if raw_order == "recent" else "created"
-    metadata = {k[len("metadata."):]: query_json_value(v)
-                for k, v in request.query_params.multi_items() if k.startswith("metadata.")}
+    metadata = {k[len("metadata."):]: query_json_value(query_str(request, k) or "")
+                for k in request.query_params if k.startswith("metadata.")}
     page = await call_store(ctx.store.list_sessions, tenant=ctx.tenant,
-                     user=request.query_params.get("user"), metadata=metadata or None,
-                     limit=limit, cursor=request.query_params.get("cursor") or None,
-                     order=order, query=request.query_params.get("q") or None)
+                            user=query_str(request, "user"), metadata=metadata or None,
+                            limit=limit, cursor=query_str(request, "cursor") or None,
+                            order=order, query=query_str(request, "q") or None)
     cursor = b"null" if page.next_cursor is None else _quote(page.next_cursor)
     return Response(b'{"items":' + _sessions_json(page.items) + b',"next_cursor":' + cursor
                     + b"}", media_type=JSON_TYPE)
@@ -87,7 +88,7 @@ def _quote(text: str) -> bytes:
 
 async def get_session(ctx: Context) -> Response:
     return session_response(await call_store(ctx.store.get_session, ctx.param("session_id"),
-                                       tenant=ctx.tenant))
+                                             tenant=ctx.tenant))
 
 
 async def update_session(ctx: Context) -> Response:
@@ -103,7 +104,7 @@ async def update_session(ctx: Context) -> Response:
 async def delete_session(ctx: Context) -> Response:
     cascade = query_bool(ctx.request, "cascade")
     await call_store(ctx.store.delete_session, ctx.param("session_id"), tenant=ctx.tenant,
-              cascade=cascade)
+                     cascade=cascade)
     return Response(status_code=204)
 
 
@@ -111,7 +112,7 @@ async def fork_session(ctx: Context) -> Response:
     body = await ctx.json(ForkBody)
     url_safe_id(body.new_session_id, "$.new_session_id")
     session = await call_store(ctx.store.fork, ctx.param("session_id"), body.at_message_id,
-                        tenant=ctx.tenant, new_session_id=body.new_session_id)
+                               tenant=ctx.tenant, new_session_id=body.new_session_id)
     return session_response(session, 201)
 
 
@@ -120,7 +121,7 @@ async def edit_session(ctx: Context) -> Response:
     body.message.token_counts = None  # counts are the server's to make
     try:
         session = await call_store(ctx.store.edit, ctx.param("session_id"), body.message_id,
-                            body.message, tenant=ctx.tenant)
+                                   body.message, tenant=ctx.tenant)
     except InvalidMessage as exc:
         raise exc.under("$.message") if exc.path.startswith("$.") else exc from None
     return session_response(session, 201)

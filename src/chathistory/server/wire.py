@@ -129,8 +129,9 @@ def if_match(request: Request) -> int | None:
     return int(text)
 
 
-def _query_one(request: Request, name: str) -> str | None:
-    """The value of a query parameter that may be given once (given twice is ambiguous)."""
+def query_str(request: Request, name: str) -> str | None:
+    """The value of a query parameter that may be given once (given twice is ambiguous:
+    a 400 naming it, never one of the values picked silently)."""
     values = request.query_params.getlist(name)
     if len(values) > 1:
         raise ValueError(f"query parameter {name} is given {len(values)} times; give it once")
@@ -139,7 +140,7 @@ def _query_one(request: Request, name: str) -> str | None:
 
 def query_int(request: Request, name: str, default: int | None = None, *, low: int = 0,
               high: int = 2**53) -> int | None:
-    raw = _query_one(request, name)
+    raw = query_str(request, name)
     if raw is None:
         return default
     try:  # "?tail=" is not an integer either
@@ -152,7 +153,7 @@ def query_int(request: Request, name: str, default: int | None = None, *, low: i
 
 
 def query_bool(request: Request, name: str, default: bool = False) -> bool:
-    raw = _query_one(request, name)
+    raw = query_str(request, name)
     if raw is None:
         return default
     lowered = raw.lower()
