@@ -31,6 +31,7 @@ integer and refuses ``\\u0000``) beside the columns that are searched.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -87,14 +88,75 @@ class _BinaryText(StrBinaryDumper):
         return super().dump(obj)
 
 
+async def _wait_on_loop(gen: Any, fileno: int) -> Any:
+    """psycopg's generator ``gen`` run to its end on the running loop, the socket
+    watched for the whole operation: registered with the loop at the first wait and
+    removed at the end, however many waits the operation makes (psycopg's
+    ``wait_async`` registers and removes it at every wait: in uvloop some six
+    ``epoll_ctl`` calls each, three waits for a typical query). No timer either:
+    there is no timeout to check."""
+    try:
+        state = next(gen)
+    except StopIteration as done:
+        return done.value
+    loop = asyncio.get_running_loop()
+    ready = 0
+    future: asyncio.Future[None] | None = None
+    reading = writing = False
+
+    def wake(flag: int) -> None:
+        nonlocal ready
+        ready |= flag
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    try:
+        while True:
+            want_read, want_write = bool(state & waiting.WAIT_R), bool(state & waiting.WAIT_W)
+            if want_read != reading:
+                if want_read:
+                    loop.add_reader(fileno, wake, waiting.READY_R)
+                else:
+                    loop.remove_reader(fileno)
+                reading = want_read
+            if want_write != writing:
+                if want_write:
+                    loop.add_writer(fileno, wake, waiting.READY_W)
+                else:
+                    loop.remove_writer(fileno)
+                writing = want_write
+            while not ready & state:
+                future = loop.create_future()
+                try:
+                    await future
+                finally:
+                    future = None
+            flags, ready = ready & state, 0
+            state = gen.send(flags)
+    except StopIteration as done:
+        return done.value
+    except OSError as exc:
+        raise psycopg.OperationalError("connection socket closed") from exc
+    finally:
+        if reading:
+            loop.remove_reader(fileno)
+        if writing:
+            loop.remove_writer(fileno)
+
+
 class _Connection(psycopg.Connection[Any]):
     """psycopg's connection; inside ``bridge.call()`` its waits on the socket go to
-    the event loop (``wait_async``) instead of blocking the loop's thread, so the
-    same sync store serves an async server without worker threads."""
+    the event loop instead of blocking the loop's thread, so the same sync store
+    serves an async server without worker threads."""
 
     def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
         if in_bridge():
-            return await_only(waiting.wait_async(gen, self.pgconn.socket, timeout=timeout))
+            if timeout is None:
+                return await_only(_wait_on_loop(gen, self.pgconn.socket))
+            # psycopg's own, which checks the deadline every interval (without the
+            # interval, its default of 0 would wake the loop at once: a busy loop)
+            return await_only(waiting.wait_async(gen, self.pgconn.socket, interval,
+                                                 timeout=timeout))
         return super().wait(gen, interval, timeout)
 
 
