@@ -1,4 +1,4 @@
-"""The ASGI app: ``create_app(store, ...)`` -> a Starlette app serving the v1 API.
+"""The ASGI app: ``create_app(store, ...)`` -> an ``App`` serving the v1 API.
 
 The app is a thin shell over a ``Store``: each route decodes its request,
 makes one or two store calls in a worker thread (stores are sync; a call
@@ -17,6 +17,7 @@ import asyncio
 import functools
 import ipaddress
 import itertools
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
+from starlette._utils import get_route_path  # what Starlette's router matches against
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -41,7 +43,7 @@ from .logging import access_log, logger
 from .metrics import Metrics
 from .wire import JSON_TYPE, json_body
 
-__all__ = ["Context", "Endpoint", "Limits", "Param", "Service", "call_store", "create_app"]
+__all__ = ["App", "Context", "Endpoint", "Limits", "Param", "Service", "call_store", "create_app"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -257,11 +259,37 @@ def _next_request_id() -> str:
     return f"{_ID_PREFIX}{next(_id_counter):016x}"
 
 
-class _Observe:
-    """Request id, access log, metrics, and a JSON 500 for anything that escaped."""
+_FastRoute = tuple["re.Pattern[str]", dict[str, Any], Callable[[Request], Awaitable[Response]]]
 
-    def __init__(self, app: ASGIApp, service: Service) -> None:
+
+class App:
+    """The ASGI app: request id, access log, metrics, and a JSON 500 for anything
+    that escaped. An API request whose method and path match a route of the table
+    goes straight to that route's endpoint (``fast``: per method, in table order,
+    as Starlette's router matches them); anything else (the viewer, HEAD, a 404 or
+    405, a redirect, lifespan) goes to the Starlette app, which knows every route.
+    The direct call skips the router's and the middlewares' wrapping of every
+    request and every message sent: a fifth of the CPU of a window read."""
+
+    def __init__(self, app: ASGIApp, service: Service,
+                 fast: dict[str, list[_FastRoute]] | None = None) -> None:
         self.app, self.service = app, service
+        self.fast = fast or {}
+        self.state = getattr(app, "state", None)
+        """The Starlette app's ``state`` (``state.service``: the ``Service``)."""
+
+    def _match(self, scope: Scope) -> tuple[Callable[[Request], Awaitable[Response]],
+                                             dict[str, Any]] | None:
+        routes = self.fast.get(scope["method"])
+        if not routes:
+            return None
+        path = get_route_path(scope)
+        for regex, convertors, endpoint in routes:
+            found = regex.match(path)
+            if found is not None:
+                return endpoint, {name: convertors[name].convert(value)
+                                  for name, value in found.groupdict().items()}
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -290,7 +318,15 @@ class _Observe:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            matched = self._match(scope)
+            if matched is None:
+                await self.app(scope, receive, send_with_id)
+            else:
+                endpoint, scope["path_params"] = matched
+                response = await endpoint(Request(scope, receive))
+                response.raw_headers.append(header)
+                status, started = response.status_code, True
+                await response(scope, receive, send)
         except Exception as exc:
             if started:
                 raise
@@ -319,7 +355,7 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 
 def create_app(store: Store, *, keys_required: bool = False,
                asset_dir: str | Path = "chathistory-assets", limits: Limits | None = None,
-               key_cache_seconds: float = 5.0) -> Starlette:
+               key_cache_seconds: float = 5.0) -> App:
     """The v1 API over ``store``.
 
     ``keys_required``: refuse requests without an API key even while no key
@@ -336,10 +372,13 @@ def create_app(store: Store, *, keys_required: bool = False,
     store.counter.count_text("warm up")  # loads a tokenizer's tables now, not on a request
     from .viewer import viewer_routes
 
-    routes: list[BaseRoute] = [Route(spec.path, _endpoint(spec, service), methods=[spec.method])
-                               for spec in ROUTES]
-    routes += viewer_routes()
+    api = [Route(spec.path, _endpoint(spec, service), methods=[spec.method])
+           for spec in ROUTES]
+    fast: dict[str, list[_FastRoute]] = {}
+    for route, spec in zip(api, ROUTES, strict=True):
+        fast.setdefault(spec.method, []).append(
+            (route.path_regex, route.param_convertors, route.endpoint))
+    routes: list[BaseRoute] = [*api, *viewer_routes()]
     app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_found})
     app.state.service = service
-    app.add_middleware(_Observe, service=service)
-    return app
+    return App(app, service, fast)
