@@ -45,7 +45,7 @@ from ..errors import ChatHistoryError, Conflict, InvalidMessage, MissingDependen
 from ..tokens import TokenCounter
 from .base import AppendTxn, BaseStore
 from .engine import like_pattern, recent_key
-from .model import Row, Session
+from .model import Row, Session, make_row
 
 try:
     import psycopg
@@ -898,7 +898,7 @@ class PostgresStore(BaseStore):
         if not found:
             return None, []
         session = _session_decoder.decode(found[0][0])
-        return session, [Row(*r[1:]) for r in found if r[1] is not None]
+        return session, [make_row(r[1:]) for r in found if r[1] is not None]
 
     def _b_kept_rows(self, tenant: str, session_id: str, hi: int) -> list[Row]:
         return self._rows(self._q.kept_rows, (tenant, session_id, hi))

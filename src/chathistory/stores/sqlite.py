@@ -46,7 +46,7 @@ from ..errors import Conflict
 from ..tokens import TokenCounter
 from .base import BaseStore
 from .engine import like_pattern, recent_key
-from .model import Row, Session, utcnow
+from .model import Row, Session, make_row, utcnow
 
 __all__ = ["MIGRATIONS", "SQLiteStore"]
 
@@ -213,7 +213,7 @@ def _session_params(s: Session) -> tuple[Any, ...]:
 
 
 def _rows(cursor: sqlite3.Cursor) -> list[Row]:
-    return [Row(seq, mid, role, data, tokens, cum, cut == 1, orphan == 1, status, version)
+    return [make_row((seq, mid, role, data, tokens, cum, cut == 1, orphan == 1, status, version))
             for seq, mid, role, data, tokens, cum, cut, orphan, status, version in cursor]
 
 
