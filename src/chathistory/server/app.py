@@ -109,14 +109,17 @@ _cooperative: dict[tuple[int, int], asyncio.Semaphore] = {}
 
 
 async def call_store(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """A store method that only waits on its database, like ``run``. A store that
-    says it may run on the event loop's thread (``cooperative_limit``) runs it there
-    instead, in a greenlet (``stores.bridge``), at most that many at once: no thread
-    hand-off. PostgreSQL hands each socket wait to the loop; SQLite and memory, whose
-    calls run one at a time behind their lock anyway, simply run (a SQLite write
-    waiting for another process's write lock holds the loop meanwhile). (Not for
-    calls that wait on anything else, such as an import reading the request body.)"""
+    """A store method that only waits on its database, like ``run``. A store whose calls
+    never wait on anything (``runs_inline``: SQLite and memory, one call at a time
+    behind their lock anyway) is called right here, on the loop's thread (a SQLite
+    write waiting for another process's lock holds the loop meanwhile). A store that
+    may wait on the loop (``cooperative_limit``: PostgreSQL, whose socket waits go to
+    the loop) runs in a greenlet (``stores.bridge``), at most that many at once. Any
+    other goes to a worker thread. (Not for calls that wait on anything else, such as
+    an import reading the request body.)"""
     store = getattr(fn, "__self__", None)
+    if getattr(store, "runs_inline", False):
+        return fn(*args, **kwargs)
     limit = getattr(store, "cooperative_limit", 0)
     if not limit:
         return await run(fn, *args, **kwargs)

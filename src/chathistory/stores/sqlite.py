@@ -288,7 +288,7 @@ class SQLiteStore(BaseStore):
         # one connection behind one lock: calls run one at a time whatever thread makes
         # them, so an async server runs them on its loop's thread (server.app.call_store)
         # rather than paying a hand-off to a worker thread for nothing
-        self.cooperative_limit = 1
+        self.runs_inline = True
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLiteStore:
