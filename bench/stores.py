@@ -424,7 +424,11 @@ def run_sqlite_reads(built: Sequence[Any], sizes: Sequence[int], quick: bool,
                    "messages_returned": ours[size].get(f"{op}_messages", TAIL_N)
                    if op == "window" else TAIL_N,
                    "passed_raw": vs_raw <= RAW_READ_LIMIT,
-                   "passed_langchain": None if vs_lc is None else vs_lc >= LANGCHAIN_READ_TARGET,
+                   # the target is for the 100,000-message session (LangChain reads
+                   # the whole session, so it is only slow on a long one): the smaller
+                   # session's ratio is shown for information, not judged
+                   "passed_langchain": None if vs_lc is None or size != big
+                   else vs_lc >= LANGCHAIN_READ_TARGET,
                    "passed_flat": None if flat is None else flat <= FLAT_LIMIT}
             rows.append(row)
             name = f"tail({TAIL_N})" if op == "tail" else f"window({WINDOW_TOKENS})"
@@ -432,7 +436,8 @@ def run_sqlite_reads(built: Sequence[Any], sizes: Sequence[int], quick: bool,
                 name, f"{size:,}", str(row["messages_returned"]), _us(o), _us(r),
                 f"{_x(vs_raw)} {_verdict(row['passed_raw'])}",
                 _us(lcs, "" if measured else "~") + ("" if measured else " (est.)"),
-                f"{_x(vs_lc)} {_verdict(row['passed_langchain'])}".strip(),
+                (f"{_x(vs_lc)} {_verdict(row['passed_langchain'])}" if size == big
+                 else f"{_x(vs_lc)} (info)").strip(),
                 "" if flat is None else f"{_x(flat)} {_verdict(row['passed_flat'])}"])
     print_table(["read", "session", "msgs", "chathistory", "raw sqlite3",
                  f"ours/raw (<= {RAW_READ_LIMIT:g}x)", "LangChain .messages",
