@@ -536,6 +536,10 @@ SQL_FRAGMENTS: dict[str, dict[str, str]] = {
         '", ".join(f"d_{t} AS (DELETE FROM {s}.{t} WHERE {key})" for t in per_session)':
             "fixed CTEs, one per table of a tuple in the code",
         "partition": "'' or a fixed PARTITION BY clause",
+        "where": "'' or the fixed guard WHERE EXISTS (SELECT 1 FROM saved)",
+        "inserts(False)": "fixed CTEs built from s, m, _ROW and where (rows come as a "
+                          "parameter)",
+        "inserts(True)": "the same CTEs, each guarded",
     },
     "sqlite.py": {
         "_ROW": "a fixed column list",

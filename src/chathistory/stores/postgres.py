@@ -435,8 +435,8 @@ class _Queries:
         # a batch's rows, kept positions and calls travel as one JSON document (``_batch``)
         # that the statement unpacks: one text parameter instead of thirteen arrays, whose
         # dumping cost psycopg ~100 us per append, several times the statement's own work
-        def inserts(guard: str) -> str:
-            where = " WHERE EXISTS (SELECT 1 FROM saved)" if guard else ""
+        def inserts(guarded: bool) -> str:  # guarded: only where the CTE "saved" wrote
+            where = " WHERE EXISTS (SELECT 1 FROM saved)" if guarded else ""
             return f"""
             added AS (
                 INSERT INTO {m} (tenant, session_id, {_ROW})
@@ -462,7 +462,7 @@ class _Queries:
                 ON CONFLICT (tenant, session_id, call_id) DO UPDATE SET seq = EXCLUDED.seq
             )"""
 
-        self.insert_batch = (f"WITH doc AS (SELECT %(batch)s::jsonb AS d), {inserts('')} "
+        self.insert_batch = (f"WITH doc AS (SELECT %(batch)s::jsonb AS d), {inserts(False)} "
                              "SELECT 1")
         # an optimistic append in one statement (one implicit transaction): every write
         # happens only if the session is still at the version the append was planned on
@@ -475,7 +475,7 @@ class _Queries:
             ), cleared AS (
                 UPDATE {m} SET cut_ok = false WHERE {named} AND seq >= %(clear_lo)s
                 AND seq < %(clear_hi)s AND cut_ok AND EXISTS (SELECT 1 FROM saved)
-            ), {inserts('saved')}
+            ), {inserts(True)}
             SELECT count(*) FROM saved"""
         self.set_status = (f"UPDATE {m} SET status = %s WHERE {key} "
                            "AND seq >= %s AND seq < %s")
