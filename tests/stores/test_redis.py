@@ -294,6 +294,33 @@ def test_reads_touch_only_the_rows_they_need(redis_store: RedisStore) -> None:
     assert sum(fields) < 250, fields  # of 3,001 rows
 
 
+def _appends_keep_one_recent_entry_per_session(store: RedisStore) -> None:
+    a = store.create_session(user="alice")
+    b, c = store.create_session(), store.create_session()
+    for session in (a, b, c, a):
+        for message in conformance.chat(2, session.id[:4]):
+            store.append(session.id, [message])
+            time.sleep(0.002)  # recent order is by time: keep the appends apart
+    everyone = store._r.zrange(store._recent_key("default", None), 0, -1)
+    alice = store._r.zrange(store._recent_key("default", "alice"), 0, -1)
+    assert len(everyone) == 3 and len(alice) == 1  # no stale entry left by any append
+    assert [s.id for s in store.list_sessions(order="recent").items] == [a.id, c.id, b.id]
+    assert [s.id for s in store.list_sessions(order="recent", user="alice").items] == [a.id]
+
+
+def test_appends_keep_one_recent_entry_per_session(redis_store: RedisStore) -> None:
+    """One node: the append script moves the session's recent-order entry with the
+    write itself (atomically); every append leaves exactly one entry per session."""
+    _appends_keep_one_recent_entry_per_session(redis_store)
+
+
+def test_cluster_appends_keep_one_recent_entry_per_session(store: RedisStore) -> None:
+    """A cluster: the recent-order sets live in the tenant's slot, so the entry moves
+    in steps around the write (new one first, old one after)."""
+    assert store.cluster
+    _appends_keep_one_recent_entry_per_session(store)
+
+
 # ---------------------------------------------------------------- connecting
 
 

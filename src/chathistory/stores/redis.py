@@ -110,6 +110,15 @@ for k = 1, tonumber(ARGV[10]) do
   p = p + 1
 end
 redis.call('HSET', KEYS[1], 'v', ARGV[5], 'j', ARGV[4])
+-- one node only (KEYS[8..]: the tenant's recent-order sets, in other slots on a cluster):
+-- the session's entry moves with the write itself
+if #KEYS > 7 then
+  local new, old = ARGV[p], ARGV[p + 1]
+  for k = 8, #KEYS do
+    redis.call('ZADD', KEYS[k], 0, new)
+    if old ~= '' and old ~= new then redis.call('ZREM', KEYS[k], old) end
+  end
+end
 return 1
 """
 
@@ -235,17 +244,28 @@ class _Keys(NamedTuple):
 class _Txn:
     """One optimistic attempt: reads through the client, buffers the write."""
 
-    def __init__(self, store: RedisStore, tenant: str, session_id: str) -> None:
+    def __init__(self, store: RedisStore, tenant: str, session_id: str,
+                 ids: Sequence[str] = ()) -> None:
         self.store, self.tenant, self.session_id = store, tenant, session_id
         self.keys = store._keys(tenant, session_id)
-        v, i, r, j = store._r.hmget(self.keys.session, "v", "i", "r", "j")
+        # the session and the batch's ids in one round trip (both in the session's slot)
+        pipe = store._r.pipeline(transaction=False)
+        pipe.hmget(self.keys.session, "v", "i", "r", "j")
+        if ids:
+            pipe.zmscore(self.keys.ids, list(ids))
+        found = pipe.execute()
+        v, i, r, j = found[0]
+        self._scores = dict(zip(ids, found[1], strict=True)) if ids else {}
         self.token = (v, i, r)
         self.session: Session | None = None if j is None else _session_decoder.decode(j)
         self.pending: tuple[list[Row], dict[str, int], tuple[int, int] | None, Session,
                             dict[str, tuple[bytes, str]]] | None = None
 
     def existing(self, ids: Sequence[str]) -> dict[str, int]:
-        scores = self.store._r.zmscore(self.keys.ids, list(ids)) if ids else []
+        if all(i in self._scores for i in ids):
+            scores = [self._scores[i] for i in ids]
+        else:
+            scores = self.store._r.zmscore(self.keys.ids, list(ids)) if ids else []
         found = {i: int(s) for i, s in zip(ids, scores, strict=True) if s is not None}
         if not found:
             return {}
@@ -285,8 +305,15 @@ class _Txn:
         args += list(assets)
         k = self.keys
         keys = [k.session, k.rows, k.ids, k.cum, k.kept, k.calls, k.refs]
-        return store._saving(self.session, session,
-                             lambda: bool(store._append_script(keys=keys, args=args)))
+        if store.cluster:  # the recent-order sets are in other slots: in steps around it
+            return store._saving(self.session, session,
+                                 lambda: bool(store._append_script(keys=keys, args=args)))
+        before = "" if self.session is None else _recent_member(self.session)
+        recent = [store._recent_key(session.tenant, None)]
+        if session.user is not None:
+            recent.append(store._recent_key(session.tenant, session.user))
+        return bool(store._append_script(keys=keys + recent,
+                                         args=[*args, _recent_member(session), before]))
 
 
 class RedisStore(BaseStore):
@@ -564,7 +591,7 @@ class RedisStore(BaseStore):
         deadline = time.monotonic() + 30.0
         attempt = 0
         while True:
-            tx = _Txn(self, tenant, session_id)
+            tx = _Txn(self, tenant, session_id, ids)
             result = fn(tx)
             if tx.pending is None or tx.commit():
                 return result
