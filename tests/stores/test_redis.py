@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import test_conformance as conformance  # the suite's functions, rerun here on a cluster
 
-from chathistory import Attachment, Message, MissingDependency
+from chathistory import Attachment, KVStatus, Message, MissingDependency
 from chathistory.stores.engine import recent_key
 from chathistory.stores.redis import RedisStore, _esc, _parse_url
 
@@ -319,6 +319,51 @@ def test_cluster_appends_keep_one_recent_entry_per_session(store: RedisStore) ->
     in steps around the write (new one first, old one after)."""
     assert store.cluster
     _appends_keep_one_recent_entry_per_session(store)
+
+
+def test_window_probe_is_one_read_and_agrees_with_the_step_by_step_path(
+        redis_store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window's one-script read: the same answer as the reads made one by one,
+    for budgets that take a few rows, everything (more rows than the script returns:
+    the engine reads further back) and nothing; with a mark and tool groups inside."""
+    s = redis_store.create_session()
+    msgs = [Message.system("sys")]
+    for i in range(650):
+        msgs += conformance.chat(2, f"t{i}") + conformance.tool_turn(i)
+    for a in range(0, len(msgs), 500):
+        redis_store.append(s.id, msgs[a:a + 500])
+    redis_store.mark(s.id, [msgs[-10].id], KVStatus.MARKED)
+    budgets = (0, 50, 400, 10**9)
+    probed = [redis_store.window_json(s.id, b) for b in budgets]
+    scripts: list[int] = []
+    real = redis_store._probe_script
+
+    def counted(**kwargs: Any) -> Any:
+        scripts.append(1)
+        return real(**kwargs)
+
+    monkeypatch.setattr(redis_store, "_probe_script", counted)
+    redis_store.window_json(s.id, 400)
+    assert scripts == [1]
+    monkeypatch.setattr(redis_store, "_b_window_probe", lambda *args: None)
+    assert probed == [redis_store.window_json(s.id, b) for b in budgets]
+    assert probed[-1].count(b'"role":"user"') > 1000  # past the script's 2,000 rows
+
+
+def test_window_reads_step_by_step_when_the_script_fails(
+        redis_store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script error (a session JSON that Lua's cjson cannot read: nesting past its
+    limit) is not the caller's: the probe gives way to the reads made one by one."""
+    s = redis_store.create_session()
+    msgs = conformance.chat(6, "deep")
+    redis_store.append(s.id, msgs)
+
+    def failing(**kwargs: Any) -> Any:
+        raise redis.exceptions.ResponseError("cjson: too many nested data structures")
+
+    monkeypatch.setattr(redis_store, "_probe_script", failing)
+    assert redis_store._b_window_probe("default", s.id, 100) is None
+    assert [m.id for m in redis_store.window(s.id, 10**6)] == [m.id for m in msgs]
 
 
 # ---------------------------------------------------------------- connecting

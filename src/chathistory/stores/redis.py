@@ -122,6 +122,37 @@ end
 return 1
 """
 
+# KEYS: session rows cum.  ARGV: budget, most rows.  A window read in one round trip (see
+# Engine._b_window_probe): the session's JSON, then the first position returned, then the
+# rows from the one before the first whose running total reaches token_count - budget to
+# the end (at most ARGV[2] of them: the newest; the engine reads further back if needed),
+# read 500 at a time (Lua's unpack() has a limit). false (a nil reply) for a missing row.
+_PROBE = """
+local j = redis.call('HGET', KEYS[1], 'j')
+if not j then return false end
+local s = cjson.decode(j)
+local n = tonumber(s['message_count']) or 0
+local cum = (tonumber(s['token_count']) or 0) - tonumber(ARGV[1])
+local first = 0
+if cum > 0 then
+  local hit = redis.call('ZRANGEBYSCORE', KEYS[3], cum, '+inf', 'LIMIT', 0, 1)
+  if #hit > 0 then first = tonumber(hit[1]) else first = n end
+end
+local lo = math.max(0, math.min(first - 1, n - 1), n - tonumber(ARGV[2]))
+local out = {j, lo}
+local seq = lo
+while seq < n do
+  local stop = math.min(n, seq + 500)
+  local fields = {}
+  for k = seq, stop - 1 do fields[#fields + 1] = tostring(k) end
+  local values = redis.call('HMGET', KEYS[2], unpack(fields))
+  for k = 1, #fields do out[#out + 1] = values[k] or false end
+  seq = stop
+end
+return out
+"""
+_PROBE_ROWS = 2000
+
 # KEYS: session rows ids cum kept calls over refs.  ARGV: expected_v seq new_v json new_r
 _TRUNCATE = """
 if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
@@ -355,6 +386,8 @@ class RedisStore(BaseStore):
         self._truncate_script = self._r.register_script(_TRUNCATE)
         self._insert_script = self._r.register_script(_INSERT)
         self._save_script = self._r.register_script(_SAVE)
+        self._probe_script = self._r.register_script(_PROBE)
+        self._script_error = redis.exceptions.ResponseError
         self._status_script = self._r.register_script(_SET_STATUS)
         self._gc_script = self._r.register_script(_GC)
         self._fix_expiry_script = self._r.register_script(_FIX_EXPIRY)
@@ -621,6 +654,21 @@ class RedisStore(BaseStore):
         found = self._r.zrange(self._keys(tenant, session_id).ids, f"({hi}", "-inf",
                                byscore=True, desc=True, offset=0, num=n, withscores=True)
         return self._rows_at(tenant, session_id, sorted(int(s) for _, s in found))
+
+    def _b_window_probe(self, tenant: str, session_id: str, budget: int
+                        ) -> tuple[Session | None, list[Row]] | None:
+        k = self._keys(tenant, session_id)
+        try:
+            found = self._probe_script(keys=[k.session, k.rows, k.cum],
+                                       args=[budget, _PROBE_ROWS])
+        except self._script_error:  # a session JSON that Lua's cjson cannot read: step by step
+            return None
+        if not found:
+            return None, []
+        j, lo, *values = found
+        first = int(lo)
+        return (_session_decoder.decode(j),
+                [_unpack(first + i, v) for i, v in enumerate(values) if v is not None])
 
     def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:
         found = self._r.zrangebyscore(self._keys(tenant, session_id).cum, cum, "+inf", 0, 1)
