@@ -266,13 +266,20 @@ def test_asset_gc_and_references_in_flight(redis_store: RedisStore, png_bytes: b
 # ---------------------------------------------------------------- cost model
 
 
-def test_reads_touch_only_the_rows_they_need(redis_store: RedisStore) -> None:
-    s = redis_store.create_session()
+def _long_session(store: RedisStore, turns: int, chat: int) -> tuple[str, list[Message]]:
+    """A session of a system message and ``turns`` turns of ``chat`` messages and a
+    tool call with its result, appended 500 messages at a time."""
+    s = store.create_session()
     msgs = [Message.system("sys")]
-    for i in range(300):
-        msgs += conformance.chat(4, f"t{i}") + conformance.tool_turn(i)
+    for i in range(turns):
+        msgs += conformance.chat(chat, f"t{i}") + conformance.tool_turn(i)
     for a in range(0, len(msgs), 500):
-        redis_store.append(s.id, msgs[a:a + 500])
+        store.append(s.id, msgs[a:a + 500])
+    return s.id, msgs
+
+
+def test_reads_touch_only_the_rows_they_need(redis_store: RedisStore) -> None:
+    sid, _ = _long_session(redis_store, 300, 4)
     fields: list[int] = []
     real = redis_store._r
 
@@ -286,8 +293,8 @@ def test_reads_touch_only_the_rows_they_need(redis_store: RedisStore) -> None:
 
     redis_store._r = Counting()
     try:
-        got = redis_store.window(s.id, 400, keep_system=True)
-        tail = redis_store.tail(s.id, 20)
+        got = redis_store.window(sid, 400, keep_system=True)
+        tail = redis_store.tail(sid, 20)
     finally:
         redis_store._r = real
     assert got[0].role == "system" and 20 <= len(tail) < 30
@@ -326,15 +333,10 @@ def test_window_probe_is_one_read_and_agrees_with_the_step_by_step_path(
     """The window's one-script read: the same answer as the reads made one by one,
     for budgets that take a few rows, everything (more rows than the script returns:
     the engine reads further back) and nothing; with a mark and tool groups inside."""
-    s = redis_store.create_session()
-    msgs = [Message.system("sys")]
-    for i in range(650):
-        msgs += conformance.chat(2, f"t{i}") + conformance.tool_turn(i)
-    for a in range(0, len(msgs), 500):
-        redis_store.append(s.id, msgs[a:a + 500])
-    redis_store.mark(s.id, [msgs[-10].id], KVStatus.MARKED)
+    sid, msgs = _long_session(redis_store, 650, 2)
+    redis_store.mark(sid, [msgs[-10].id], KVStatus.MARKED)
     budgets = (0, 50, 400, 10**9)
-    probed = [redis_store.window_json(s.id, b) for b in budgets]
+    probed = [redis_store.window_json(sid, b) for b in budgets]
     scripts: list[int] = []
     real = redis_store._probe_script
 
@@ -343,10 +345,10 @@ def test_window_probe_is_one_read_and_agrees_with_the_step_by_step_path(
         return real(**kwargs)
 
     monkeypatch.setattr(redis_store, "_probe_script", counted)
-    redis_store.window_json(s.id, 400)
+    redis_store.window_json(sid, 400)
     assert scripts == [1]
     monkeypatch.setattr(redis_store, "_b_window_probe", lambda *args: None)
-    assert probed == [redis_store.window_json(s.id, b) for b in budgets]
+    assert probed == [redis_store.window_json(sid, b) for b in budgets]
     assert probed[-1].count(b'"role":"user"') > 1000  # past the script's 2,000 rows
 
 
