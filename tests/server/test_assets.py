@@ -110,3 +110,21 @@ def test_file_asset_store_directly(tmp_path: Path, png_bytes: bytes) -> None:
         store.put("t", b"y" * 101)
     assert store.delete("t", att.sha256) and store.info("t", att.sha256) is None
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == []
+
+
+def test_a_file_gone_before_its_download_starts_is_a_json_500(
+        served_sqlite: Served, png_bytes: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file response fails before it starts (its file went away after the route
+    found it): the client gets the JSON 500 with its request id, as for any error,
+    not a bare one from the HTTP server."""
+    with served_sqlite.client("A") as a:
+        sha = a.post("/v1/assets", content=png_bytes,
+                     headers={"Content-Type": "application/octet-stream"}).json()["sha256"]
+        monkeypatch.setattr(FileAssetStore, "path",
+                            lambda self, tenant, sha256: served_sqlite.asset_dir / "gone")
+        down = a.get(f"/v1/assets/{sha}", headers={"X-Request-ID": "gone-1"})
+    assert down.status_code == 500
+    assert down.headers["x-request-id"] == "gone-1"
+    assert down.json()["error"] == {"type": "internal",
+                                    "message": "internal error; quote request id gone-1",
+                                    "request_id": "gone-1"}

@@ -1,9 +1,10 @@
 """The ASGI app: ``create_app(store, ...)`` -> an ``App`` serving the v1 API.
 
 The app is a thin shell over a ``Store``: each route decodes its request,
-makes one or two store calls in a worker thread (stores are sync; a call
-never blocks the event loop) and encodes the answer. It holds no state of its
-own besides caches, so any number of processes can serve one store.
+makes one or two store calls (stores are sync; ``call_store`` runs them on the
+event loop's thread where they only wait on their database, else in a worker
+thread) and encodes the answer. It holds no state of its own besides caches, so
+any number of processes can serve one store.
 
 Every request gets a request id (``X-Request-ID``, echoed or generated), an
 access log line, and a place in the metrics under its route template. Routes,
@@ -272,7 +273,8 @@ class App:
     as Starlette's router matches them); anything else (the viewer, HEAD, a 404 or
     405, a redirect, lifespan) goes to the Starlette app, which knows every route.
     The direct call skips the router's and the middlewares' wrapping of every
-    request and every message sent: a fifth of the CPU of a window read."""
+    request and every message sent (measured: 0.43 -> 0.41 ms of server CPU per
+    window read on PostgreSQL, one worker)."""
 
     def __init__(self, app: ASGIApp, service: Service,
                  fast: dict[str, list[_FastRoute]] | None = None) -> None:
@@ -327,9 +329,12 @@ class App:
             else:
                 endpoint, scope["path_params"] = matched
                 response = await endpoint(Request(scope, receive))
-                response.raw_headers.append(header)
-                status, started = response.status_code, True
-                await response(scope, receive, send)
+                if type(response) is Response:  # its body is made: it starts as it is sent
+                    response.raw_headers.append(header)
+                    status, started = response.status_code, True
+                    await response(scope, receive, send)
+                else:  # a file or a stream may fail before it starts: a JSON 500 then
+                    await response(scope, receive, send_with_id)
         except Exception as exc:
             if started:
                 raise
