@@ -418,8 +418,12 @@ def _stores(tmp: str) -> list[tuple[str, str, Callable[[], None]]]:
         import psycopg
 
         schema = f"bench_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(PG_URL, connect_timeout=3):
-            pass
+        with psycopg.connect(PG_URL, connect_timeout=3) as conn:
+            row = conn.execute("SHOW autovacuum").fetchone()
+        if row is not None and row[0] == "off":
+            print("note: this PostgreSQL runs with autovacuum off: every append leaves a dead "
+                  "session row and index entries that nothing cleans up, within a run and "
+                  "across runs (a deployment's autovacuum would); numbers fall as they pile up")
 
         def drop() -> None:
             with psycopg.connect(PG_URL, autocommit=True) as conn:
