@@ -293,10 +293,10 @@ class _Txn:
                             dict[str, tuple[bytes, str]]] | None = None
 
     def existing(self, ids: Sequence[str]) -> dict[str, int]:
-        if all(i in self._scores for i in ids):
+        if all(i in self._scores for i in ids):  # read with the session (none asked: none)
             scores = [self._scores[i] for i in ids]
         else:
-            scores = self.store._r.zmscore(self.keys.ids, list(ids)) if ids else []
+            scores = self.store._r.zmscore(self.keys.ids, list(ids))
         found = {i: int(s) for i, s in zip(ids, scores, strict=True) if s is not None}
         if not found:
             return {}
@@ -340,10 +340,7 @@ class _Txn:
             return store._saving(self.session, session,
                                  lambda: bool(store._append_script(keys=keys, args=args)))
         before = "" if self.session is None else _recent_member(self.session)
-        recent = [store._recent_key(session.tenant, None)]
-        if session.user is not None:
-            recent.append(store._recent_key(session.tenant, session.user))
-        return bool(store._append_script(keys=keys + recent,
+        return bool(store._append_script(keys=keys + store._recent_keys(session),
                                          args=[*args, _recent_member(session), before]))
 
 
@@ -505,6 +502,13 @@ class RedisStore(BaseStore):
         return self._saving(_session_decoder.decode(j), session,
                             lambda: bool(self._save_script(keys=[key], args=args)))
 
+    def _recent_keys(self, session: Session) -> list[str]:
+        """The recent-order sets a session is listed in: its tenant's, and its user's."""
+        keys = [self._recent_key(session.tenant, None)]
+        if session.user is not None:
+            keys.append(self._recent_key(session.tenant, session.user))
+        return keys
+
     def _saving(self, old: Session | None, new: Session, write: Callable[[], bool]) -> bool:
         """Run ``write`` (saving ``new`` over ``old``) with the recent-order entries in
         step: the new entry before it, the old one removed after (crash: a stale entry,
@@ -513,9 +517,7 @@ class RedisStore(BaseStore):
         before = None if old is None else _recent_member(old)
         if before == member:
             return write()
-        keys = [self._recent_key(new.tenant, None)]
-        if new.user is not None:
-            keys.append(self._recent_key(new.tenant, new.user))
+        keys = self._recent_keys(new)
         pipe = self._r.pipeline(transaction=False)
         for key in keys:
             pipe.zadd(key, {member: 0.0})
