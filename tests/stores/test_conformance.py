@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import timedelta
 from typing import Any
 
+import msgspec
+import pair_shapes
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from chathistory import (
     Attachment,
@@ -680,3 +685,118 @@ def test_context_reads_head_kept_and_tail(store: BaseStore) -> None:
     store.mark(s.id, [msgs[1].id], KVStatus.MARKED)
     assert msgs[1].id not in ids(store.context(s.id, head=3, tail=2))
     assert ids(store.context(s.id, head=0, tail=0)) == [msgs[0].id, msgs[5].id]
+
+
+# ---------------------------------------------------------------- pair safety, as a property
+
+_PAIRS = settings(max_examples=int(os.environ.get("CHATHISTORY_PAIR_EXAMPLES", "20")),
+                  deadline=None, derandomize=True,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                         HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _check_reads(store: BaseStore, session_id: str, msgs: list[Message]) -> None:
+    """Every read of ``session_id`` (whose messages are ``msgs``) equals the ``History``
+    selector over the same messages, and keeps calls and results together."""
+    from chathistory.formats import to_openai_chat
+
+    history = History(msgs, counter=store.counter)
+    n = len(msgs)
+    shape = pair_shapes.describe(msgs)
+    for k in range(n + 2):
+        got = store.tail(session_id, k)
+        assert ids(got) == ids(history.recent(k)), ("tail", k, shape)
+        assert not pair_shapes.pair_violations(got, msgs), ("tail", k, shape)
+        to_openai_chat(got)  # encodes: no result without its call
+    assert [m["id"] for m in msgspec.json.decode(store.tail_json(session_id, 3))] == \
+        ids(history.recent(3))
+    total = history.token_count() + store.counter.priming_tokens
+    for budget in sorted({0, 5, 12, 25, 40, total // 3, total // 2, total - 7, total}):
+        for keep in (False, True):
+            got = store.window(session_id, max(0, budget), keep_system=keep)
+            want = history.by_tokens(max(0, budget), keep_system=keep)
+            assert ids(got) == ids(want), ("window", budget, keep, shape)
+            assert not pair_shapes.pair_violations(got, msgs), ("window", budget, keep)
+    for start in range(0, n, 2):
+        for stop in sorted({start + 1, start + 3, n}):
+            if stop > n:
+                continue
+            got = store.range(session_id, start, stop)
+            assert ids(got) == ids(history.range(n - start, n - stop)), \
+                ("range", start, stop, shape)
+    for head, tail in ((0, 1), (1, 1), (2, 3), (3, 0), (n, 2)):
+        got = store.context(session_id, head, tail)
+        assert ids(got) == pair_shapes.expected_context(history, head, tail), \
+            ("context", head, tail, shape)
+        assert not pair_shapes.pair_violations(got, msgs), ("context", head, tail)
+
+
+@given(data=st.data())
+@_PAIRS
+def test_reads_equal_history_selectors(store: BaseStore, data: st.DataObject) -> None:
+    """Pair safety at every read (DESIGN invariant 3): for conversations of mixed shapes
+    (calls split across messages, parallel results in any order, reasoning, results
+    not yet arrived) appended in any batches, tail, window, range, context and mark
+    agree with ``History`` and never yield a result without its call."""
+    msgs = data.draw(pair_shapes.conversations(), "messages")
+    s = store.create_session()
+    for batch in data.draw(pair_shapes.batches(msgs), "batches"):
+        store.append(s.id, batch)
+    _check_reads(store, s.id, msgs)
+    # mark takes whole groups: the group of any one message, and nothing else
+    i = data.draw(st.integers(0, len(msgs) - 1), "marked")
+    group = pair_shapes.group_ids(msgs, i)
+    assert store.mark(s.id, [msgs[i].id], KVStatus.MARKED) == len(group)
+    assert ids(store.range(s.id, include_marked=False)) == \
+        [m.id for m in History(msgs).recent(len(msgs)) if m.id not in group]
+    store.mark(s.id, [msgs[i].id], KVStatus.LOADED)
+
+
+@given(data=st.data())
+@_PAIRS
+def test_fork_reads_equal_history_selectors(store: BaseStore, data: st.DataObject) -> None:
+    """The same property for a fork: the fork point anywhere (inside a tool group
+    too), the fork's own messages appended in any batches, and the parent going on
+    with other messages; a mark in the fork takes whole groups of the fork's view."""
+    msgs = data.draw(pair_shapes.conversations(), "messages")
+    at = data.draw(st.integers(1, len(msgs)), "fork after")
+    parent = store.create_session()
+    for batch in data.draw(pair_shapes.batches(msgs[:at]), "parent batches"):
+        store.append(parent.id, batch)
+    fork = store.fork(parent.id, msgs[at - 1].id)
+    for batch in data.draw(pair_shapes.batches(msgs[at:]), "fork batches") if at < len(
+            msgs) else []:
+        store.append(fork.id, batch)
+    other = [Message.user("the parent goes on"), Message.assistant("elsewhere")]
+    store.append(parent.id, other)
+    _check_reads(store, fork.id, msgs)
+    _check_reads(store, parent.id, [*msgs[:at], *other])
+    i = data.draw(st.integers(0, len(msgs) - 1), "marked")
+    group = pair_shapes.group_ids(msgs, i)
+    assert store.mark(fork.id, [msgs[i].id], KVStatus.MARKED) == len(group)
+    assert [m.id for m in store.range(fork.id, include_marked=False)] == \
+        [m.id for m in History(msgs).recent(len(msgs)) if m.id not in group]
+    store.mark(fork.id, [msgs[i].id], KVStatus.LOADED)
+    # Popped down into what it inherits, a fork cannot reopen a boundary that a result
+    # the parent stored later closed (the parent's rows are shared, the result is not
+    # in the fork's view): its groups may then be wider than History's, never split.
+    popped = data.draw(st.integers(0, len(msgs) - at), "popped from the fork")
+    for _ in range(popped):
+        store.pop(fork.id)
+    _check_reads(store, fork.id, msgs[:len(msgs) - popped])
+
+
+@given(data=st.data())
+@_PAIRS
+def test_reads_after_pop_equal_history_selectors(store: BaseStore, data: st.DataObject
+                                                 ) -> None:
+    """Popping messages off the end undoes what they did to the groups: a popped result
+    no longer holds its call's group together."""
+    msgs = data.draw(pair_shapes.conversations(), "messages")
+    s = store.create_session()
+    for batch in data.draw(pair_shapes.batches(msgs), "batches"):
+        store.append(s.id, batch)
+    popped = data.draw(st.integers(1, len(msgs)), "popped")
+    for _ in range(popped):
+        store.pop(s.id)
+    _check_reads(store, s.id, msgs[:len(msgs) - popped])

@@ -52,16 +52,47 @@ class BaseStore(Engine):
 
                 ends_reasoning = is_reasoning_only(_message_decoder.decode(before.data))
             own = session.parent_id is None or last.seq >= session.fork_seq
+            joined = [[lo, min(hi, n - 1)] for lo, hi in session.joined if lo < n - 1]
+            restore: list[int] = []
+            if not last.cut_ok:  # the popped message may have held a group together
+                restore, joined = self._regroup_before_pop(session, n, joined)
             updated = msgspec.structs.replace(
                 session, version=session.version + 1, updated_at=utcnow(),
                 message_count=n - 1, token_count=last.cum_before,
                 ends_reasoning_only=ends_reasoning,
-                fork_seq=session.fork_seq if own else n - 1,
-                joined=[[lo, min(hi, n - 1)] for lo, hi in session.joined if lo < n - 1])
+                fork_seq=session.fork_seq if own else n - 1, joined=joined)
             if self._b_truncate(tenant, session_id, last.seq if own else n, updated,
-                                session.version):
+                                session.version, restore):
                 return self._decode([last])[0]
         raise Conflict(f"session {session_id!r} kept changing; try again")
+
+    def _regroup_before_pop(self, session: Session, n: int, joined: list[list[int]]
+                            ) -> tuple[list[int], list[list[int]]]:
+        """The group boundaries that popping message ``n - 1`` opens again (a result
+        gone no longer holds its call's group together): own positions whose stored
+        flag is restored, and the joined ranges without the inherited ones."""
+        from ..groups import Groups
+
+        group = self._group_of(session, n - 1)
+        start = group[0]
+        rows = self._read(session, start, n - 1)
+        groups = Groups.of(_message_decoder.decode(r.data) for r in rows)
+        opened = [r.seq for k, r in enumerate(rows) if not r.cut_ok and groups.starts_group(k)]
+        own_from = session.fork_seq if session.parent_id is not None else 0
+        restore = [seq for seq in opened if seq >= own_from]
+        inherited = {seq for seq in opened if seq < own_from}
+        if inherited:
+            pieces: list[list[int]] = []
+            for lo, hi in joined:  # cut the reopened positions out of the ranges
+                a = lo
+                for seq in sorted(x for x in inherited if lo <= x < hi):
+                    if a < seq:
+                        pieces.append([a, seq])
+                    a = seq + 1
+                if a < hi:
+                    pieces.append([a, hi])
+            joined = pieces
+        return restore, joined
 
     def clear(self, session_id: str, *, tenant: str = DEFAULT_TENANT) -> int:
         """Remove every message; returns the new version."""

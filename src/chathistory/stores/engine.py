@@ -155,8 +155,9 @@ class Engine:
         raise NotImplementedError
 
     def _b_truncate(self, tenant: str, session_id: str, seq: int, session: Session,
-                    expected_version: int) -> bool:
-        """Delete own rows (and their calls) with ``seq >= seq`` and save ``session``,
+                    expected_version: int, restore: Sequence[int] = ()) -> bool:
+        """Delete own rows (and their calls) with ``seq >= seq``, set the group-start
+        flag of own rows at ``restore``, and save ``session``, all at once and only
         if the stored version is still ``expected_version``."""
         raise NotImplementedError
 
@@ -339,7 +340,7 @@ class Engine:
             cum = session.token_count
             rows: list[Row] = []
             assets: dict[str, tuple[bytes, str]] = {}
-            for k, (m, t) in enumerate(fresh):
+            for k, (m, _t) in enumerate(fresh):
                 groups.append(m)
                 if reject_orphans and groups.is_orphan(k):
                     unknown = next(p.call_id for p in m.tool_results
@@ -348,6 +349,10 @@ class Engine:
                     raise InvalidMessage(
                         f"tool result answers call {unknown!r}, which is not earlier in the "
                         "conversation", f"$[{index}].parts")
+            # Rows are made once the whole batch is grouped: a later result in the batch
+            # clears the group start of every message back to its call (parallel calls
+            # stored as consecutive messages are one group).
+            for k, (m, t) in enumerate(fresh):
                 rows.append(Row(first + k, m.id, m.role, _stored_json(m, assets), t, cum,
                                 groups.starts_group(k), groups.is_orphan(k),
                                 int(m.kv_status), version))
@@ -409,13 +414,19 @@ class Engine:
             found.update(self._b_find_calls(owner.tenant, owner.id, rest, hi))
         return found
 
-    def _chain_fixups(self, segments: list[tuple[Session, int, int]]
+    def _chain_fixups(self, reader: Session, segments: list[tuple[Session, int, int]]
                       ) -> list[tuple[dict[int, int], list[list[int]]]]:
         """For each segment, the status overrides and joined ranges that sessions
         nearer the reader recorded over it (nearest first)."""
         fixes: list[tuple[dict[int, int], list[list[int]]]] = []
         overrides: list[dict[int, int]] = []
         joined: list[list[int]] = []
+        if (segments and segments[0][0].id != reader.id and reader.parent_id is not None
+                and reader.fork_seq):
+            # a fork with no messages of its own has no segment, but its marks and
+            # joined ranges still apply to what it inherits
+            overrides.append(self._b_overrides(reader.tenant, reader.id))
+            joined.extend(reader.joined)
         for owner, _lo, _hi in segments:
             merged: dict[int, int] = {}
             for o in reversed(overrides):  # nearest wins: apply farthest first
@@ -429,7 +440,7 @@ class Engine:
     def _read(self, session: Session, lo: int, hi: int) -> list[Row]:
         """Rows at positions ``[lo, hi)`` as this session sees them, ascending."""
         segments = self._segments(session)
-        fixes = self._chain_fixups(segments)
+        fixes = self._chain_fixups(session, segments)
         out: list[Row] = []
         for (owner, s_lo, s_hi), (overrides, joined) in zip(segments, fixes, strict=True):
             a, b = max(lo, s_lo), min(hi, s_hi)
@@ -578,8 +589,8 @@ class Engine:
     def _kept_rows(self, session: Session) -> list[Row]:
         out: list[Row] = []
         segments = self._segments(session)
-        for (owner, lo, hi), (overrides, joined) in zip(segments, self._chain_fixups(segments),
-                                                       strict=True):
+        fixes = self._chain_fixups(session, segments)
+        for (owner, lo, hi), (overrides, joined) in zip(segments, fixes, strict=True):
             rows = [r for r in self._b_kept_rows(owner.tenant, owner.id, hi) if r.seq >= lo]
             out[:0] = [_fix(r, overrides, joined) for r in rows]
         return out
@@ -694,8 +705,8 @@ class Engine:
 
     def _find_row(self, session: Session, message_id: str) -> Row | None:
         segments = self._segments(session)
-        for (owner, lo, hi), (overrides, joined) in zip(segments, self._chain_fixups(segments),
-                                                       strict=True):
+        fixes = self._chain_fixups(session, segments)
+        for (owner, lo, hi), (overrides, joined) in zip(segments, fixes, strict=True):
             row = self._b_row_by_id(owner.tenant, owner.id, message_id)
             if row is not None and lo <= row.seq < hi:
                 return _fix(row, overrides, joined)

@@ -201,7 +201,7 @@ class MemoryStore(BaseStore):
             return dict(self._overrides.get((tenant, session_id), {}))
 
     def _b_truncate(self, tenant: str, session_id: str, seq: int, session: Session,
-                    expected_version: int) -> bool:
+                    expected_version: int, restore: Sequence[int] = ()) -> bool:
         with self._lock:
             key = (tenant, session_id)
             current = self._sessions.get(key)
@@ -211,6 +211,9 @@ class MemoryStore(BaseStore):
             if own:
                 keep = max(0, seq - own[0].seq)
                 del own[keep:]
+                base = own[0].seq if own else 0
+                for at in restore:
+                    own[at - base] = own[at - base]._replace(cut_ok=True)
                 self._ids[key] = {r.id: i for i, r in enumerate(own)}
                 self._kept[key] = [i for i in self._kept.get(key, []) if i < len(own)]
             self._calls[key] = {c: s for c, s in self._calls.get(key, {}).items() if s < seq}

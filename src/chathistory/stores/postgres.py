@@ -432,6 +432,7 @@ class _Queries:
             ) AS r ON true"""
         self.clear_cuts = (f"UPDATE {m} SET cut_ok = false WHERE {key} "
                            "AND seq >= %s AND seq < %s AND cut_ok")
+        self.restore_cuts = f"UPDATE {m} SET cut_ok = true WHERE {key} AND seq = ANY(%s)"
         # a batch's rows, kept positions and calls travel as one JSON document (``_batch``)
         # that the statement unpacks: one text parameter instead of thirteen arrays, whose
         # dumping cost psycopg ~100 us per append, several times the statement's own work
@@ -930,7 +931,7 @@ class PostgresStore(BaseStore):
                                                              (tenant, session_id))}
 
     def _b_truncate(self, tenant: str, session_id: str, seq: int, session: Session,
-                    expected_version: int) -> bool:
+                    expected_version: int, restore: Sequence[int] = ()) -> bool:
         key = (tenant, session_id)
         _, version, expires_at, updated, payload = _session_params(session)
         with self._pool.connection() as conn, conn.transaction():
@@ -948,6 +949,8 @@ class PostgresStore(BaseStore):
             with conn.pipeline(), conn.cursor() as cursor:
                 if gone:
                     cursor.executemany(q.truncate_id, [(*key, mid) for mid in gone])
+                if restore:
+                    cursor.execute(q.restore_cuts, (*key, list(restore)))
                 cursor.execute(q.truncate_kept, (*key, seq))
                 cursor.execute(q.truncate_calls, (*key, seq))
                 cursor.execute(q.save_session, (version, expires_at, updated, payload, *key))

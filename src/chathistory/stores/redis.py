@@ -153,7 +153,8 @@ return out
 """
 _PROBE_ROWS = 2000
 
-# KEYS: session rows ids cum kept calls over refs.  ARGV: expected_v seq new_v json new_r
+# KEYS: session rows ids cum kept calls over refs.  ARGV: expected_v seq new_v json new_r,
+# then the positions whose group-start flag is restored
 _TRUNCATE = """
 if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
 local seq = tonumber(ARGV[2])
@@ -165,6 +166,11 @@ for k = 2, #gone, 2 do
 end
 for _, key in ipairs({KEYS[3], KEYS[5], KEYS[6]}) do
   redis.call('ZREMRANGEBYSCORE', key, seq, '+inf')
+end
+for k = 6, #ARGV do  -- group starts opened again by the truncation
+  local row = redis.call('HGET', KEYS[2], ARGV[k])
+  if row then redis.call('HSET', KEYS[2], ARGV[k], string.sub(row, 1, 1) .. '1' ..
+                         string.sub(row, 3)) end
 end
 if seq == 0 then
   redis.call('DEL', KEYS[7], KEYS[8])
@@ -704,11 +710,12 @@ class RedisStore(BaseStore):
         return {int(k): int(v) for k, v in found.items()}
 
     def _b_truncate(self, tenant: str, session_id: str, seq: int, session: Session,
-                    expected_version: int) -> bool:
+                    expected_version: int, restore: Sequence[int] = ()) -> bool:
         k = self._keys(tenant, session_id)
         keys = [k.session, k.rows, k.ids, k.cum, k.kept, k.calls, k.over, k.refs]
         args = [expected_version, seq, session.version, msgspec.json.encode(session),
-                uuid.uuid4().hex]  # a new asset-ref epoch when every row goes
+                uuid.uuid4().hex,  # a new asset-ref epoch when every row goes
+                *(str(at) for at in restore)]
         old = self._b_get_session(tenant, session_id)
         if old is None:
             return False

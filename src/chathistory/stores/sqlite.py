@@ -506,12 +506,15 @@ class SQLiteStore(BaseStore):
                                 "WHERE tenant = ? AND session_id = ?", (tenant, session_id)))
 
     def _b_truncate(self, tenant: str, session_id: str, seq: int, session: Session,
-                    expected_version: int) -> bool:
+                    expected_version: int, restore: Sequence[int] = ()) -> bool:
         with self.atomic() as conn:
             params = (*_session_params(session), expected_version)
             if conn.execute(_SAVE_SESSION, params).rowcount != 1:
                 return False
             key = (tenant, session_id)
+            if restore:
+                conn.executemany("UPDATE messages SET cut_ok = 1 WHERE tenant = ? AND "
+                                 "session_id = ? AND seq = ?", [(*key, at) for at in restore])
             conn.execute("DELETE FROM messages WHERE tenant = ? AND session_id = ? "
                          "AND seq >= ?", (*key, seq))
             conn.execute("DELETE FROM calls WHERE tenant = ? AND session_id = ? AND seq >= ?",

@@ -1,0 +1,141 @@
+"""Conversations of every shape a real client stores, for the pair-safety properties.
+
+A hypothesis strategy builds a message list turn by turn: plain chat, system and
+developer messages, and tool turns whose calls sit in one assistant message or in
+consecutive assistant messages one call each (what the OpenAI Agents SDK writes),
+optionally after a reasoning-only message, answered by results in any order, or
+by results that have not arrived yet (the last turn only), or sequential calls
+each answered before the next.  ``expected_*`` compute what a store read must
+return from the in-memory ``History`` of the same messages: the oracle.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from hypothesis import strategies as st
+
+from chathistory import History, Message, Reasoning, TextPart, ToolCall, ToolResult
+from chathistory.groups import Groups
+
+
+def _text_turn(kind: str, serial: int) -> list[Message]:
+    words = " ".join(f"w{serial}" for _ in range(serial % 5 + 1))
+    if kind == "system":
+        return [Message.system(f"rule {serial} {words}")]
+    if kind == "developer":
+        return [Message(role="developer", parts=[TextPart(text=f"dev {serial} {words}")])]
+    if kind == "user":
+        return [Message.user(f"question {serial} {words}")]
+    return [Message.assistant(f"answer {serial} {words}")]
+
+
+@st.composite
+def tool_turn(draw: st.DrawFn, serial: int, last: bool) -> list[Message]:
+    calls = draw(st.integers(1, 3))
+    ids = [f"c{serial}_{k}" for k in range(calls)]
+    layout = draw(st.sampled_from(["one", "split", "sequential"]))
+    out: list[Message] = []
+    if draw(st.booleans()):
+        out.append(Message(role="assistant", parts=[Reasoning(text=f"think {serial}")]))
+    if layout == "sequential":
+        for k, cid in enumerate(ids):
+            out.append(Message(role="assistant",
+                               parts=[ToolCall(id=cid, name="f", arguments={"k": k})]))
+            if not (last and k == calls - 1 and draw(st.booleans())):
+                out.append(Message.tool_result(cid, f"result {cid}"))
+        return out
+    if layout == "one":
+        out.append(Message(role="assistant", parts=[
+            ToolCall(id=cid, name="f", arguments={"k": k}) for k, cid in enumerate(ids)]))
+    else:
+        out.extend(Message(role="assistant", parts=[ToolCall(id=cid, name="f", arguments={})])
+                   for cid in ids)
+    answered = draw(st.permutations(ids))
+    if last:  # results that have not arrived yet
+        answered = answered[:draw(st.integers(0, calls))]
+    results = [Message.tool_result(cid, f"result {cid}") for cid in answered]
+    if results and draw(st.booleans()):  # parallel results in one message
+        out.append(Message(role="tool", parts=[p for m in results for p in m.parts]))
+    else:
+        out.extend(results)
+    if (not last or draw(st.booleans())) and len(answered) == calls:
+        out.append(Message.assistant(f"done {serial}"))
+    return out
+
+
+@st.composite
+def conversations(draw: st.DrawFn, max_turns: int = 8) -> list[Message]:
+    """A conversation of mixed shapes, orphan-free (every result follows its call)."""
+    turns = draw(st.integers(1, max_turns))
+    out: list[Message] = []
+    for serial in range(turns):
+        kind = draw(st.sampled_from(["user", "assistant", "tool", "tool", "system",
+                                     "developer"]))
+        if kind == "tool":
+            out += draw(tool_turn(serial, serial == turns - 1))
+        else:
+            out += _text_turn(kind, serial)
+    return out
+
+
+@st.composite
+def batches(draw: st.DrawFn, messages: Sequence[Message]) -> list[list[Message]]:
+    """``messages`` split into consecutive append batches at random."""
+    cuts = sorted(draw(st.sets(st.integers(1, max(1, len(messages) - 1)), max_size=6)))
+    edges = [0, *[c for c in cuts if c < len(messages)], len(messages)]
+    return [list(messages[a:b]) for a, b in itertools.pairwise(edges) if b > a]
+
+
+def expected_context(history: History, head: int, tail: int) -> list[str]:
+    """What ``store.context(head, tail)`` keeps: the first ``head`` positions widened to
+    whole groups, every system and developer message, and ``history.recent(tail)``."""
+    messages = history.messages
+    groups = Groups.of(messages)
+    chosen: set[int] = set()
+    if head > 0 and messages:
+        _, end = groups.widen(0, min(head, len(messages)))
+        chosen.update(groups.sendable(0, end))
+    chosen.update(i for i, m in enumerate(messages) if m.role in ("system", "developer"))
+    index = {m.id: i for i, m in enumerate(messages)}
+    chosen.update(index[m.id] for m in history.recent(tail))
+    return [messages[i].id for i in sorted(chosen)]
+
+
+def group_ids(messages: Sequence[Message], i: int) -> list[str]:
+    """Ids of the group that holds message ``i``."""
+    start, end = Groups.of(messages).widen(i, i + 1)
+    return [m.id for m in messages[start:end]]
+
+
+def pair_violations(selection: Sequence[Message], whole: Sequence[Message]) -> list[str]:
+    """What breaks the pair rule in ``selection`` (a read of ``whole``): a result whose
+    call is not earlier in it, a call whose existing result is missing from it."""
+    answered = {p.call_id for m in whole for p in m.parts if type(p) is ToolResult}
+    seen_calls: set[str] = set()
+    seen_results: set[str] = set()
+    problems: list[str] = []
+    for m in selection:
+        for p in m.parts:
+            if type(p) is ToolCall:
+                seen_calls.add(p.id)
+            elif type(p) is ToolResult:
+                if p.call_id not in seen_calls:
+                    problems.append(f"result {p.call_id} without its call")
+                seen_results.add(p.call_id)
+    for cid in sorted(seen_calls & answered - seen_results):
+        problems.append(f"call {cid} without its result")
+    return problems
+
+
+def describe(messages: Sequence[Message]) -> list[Any]:
+    """A short picture of a conversation for failure reports."""
+    out: list[Any] = []
+    for m in messages:
+        kinds = [type(p).__name__ + (f"({getattr(p, 'id', None) or getattr(p, 'call_id', '')})"
+                                     if type(p) in (ToolCall, ToolResult) else "")
+                 for p in m.parts]
+        out.append((m.role, *kinds))
+    return out
