@@ -17,10 +17,12 @@ from chathistory import (
     KVStatus,
     Message,
     Reasoning,
+    Role,
     TextPart,
     ToolCall,
     ToolResult,
 )
+from chathistory.formats import to_anthropic, to_gemini, to_openai_chat, to_openai_responses
 from chathistory.model.parts import MAX_ATTACHMENT_BYTES
 
 
@@ -45,10 +47,54 @@ def test_factories_set_roles_and_parts() -> None:
 
 
 def test_custom_roles_are_kept() -> None:
-    for role in ("agent", "tool_response", "mcp_response"):
+    for role in ("agent", "tool_response", "mcp_response", "anything-else"):
         m = Message(role=role, parts=[TextPart(text="x")]).validate()
         assert m.role == role
         assert Message.from_json(m.to_json()).role == role
+
+
+AGENT_ROLES = ("agent", "tool_response", "pcp_response", "mcp_response")
+
+
+def test_role_names_every_role() -> None:
+    every = ("system", "developer", "user", "assistant", "tool", *AGENT_ROLES)
+    assert every == Role.ALL
+    assert (Role.SYSTEM, Role.DEVELOPER, Role.USER, Role.ASSISTANT, Role.TOOL,
+            Role.AGENT, Role.TOOL_RESPONSE, Role.PCP_RESPONSE, Role.MCP_RESPONSE) == Role.ALL
+    # only the roles every provider speaks are members: the formats rely on it
+    assert [r.value for r in Role] == list(Role.ALL[:5])
+    for role in AGENT_ROLES:
+        with pytest.raises(ValueError):
+            Role(role)
+        message = Message(role=getattr(Role, role.upper()), parts=[TextPart(text="x")])
+        assert Message.from_json(message.validate().to_json()).role == role
+
+
+FORMATS = {
+    "openai_chat": (to_openai_chat, lambda out: out[0]["role"]),
+    "openai_responses": (to_openai_responses, lambda out: out[0]["role"]),
+    "anthropic": (to_anthropic, lambda out: out["messages"][0]["role"]),
+    "gemini": (to_gemini, lambda out: out["contents"][0]["role"]),
+}
+
+
+@pytest.mark.parametrize("role", AGENT_ROLES)
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_formats_refuse_a_role_they_lack_unless_mapped(fmt: str, role: str) -> None:
+    encode, sent_role = FORMATS[fmt]
+    messages = [Message.user("hi"), Message(role=role, parts=[TextPart(text="from elsewhere")])]
+    with pytest.raises(InvalidMessage) as info:
+        encode(messages)
+    assert info.value.path == "$[1].role"
+    assert role in info.value.reason
+    assert "role_map" in info.value.reason
+    # the roles it offers as targets are the ones a provider has
+    assert info.value.reason.endswith("naming one of system, developer, user, assistant, tool")
+    mapped = encode(messages[1:], role_map={role: "assistant"})
+    assert sent_role(mapped) == ("model" if fmt == "gemini" else "assistant")
+    with pytest.raises(InvalidMessage) as info:  # mapped onto another role it lacks
+        encode(messages[1:], role_map={role: "agent" if role != "agent" else "mcp_response"})
+    assert info.value.path == "$[0].role"
 
 
 def test_defaults_of_kv_fields() -> None:

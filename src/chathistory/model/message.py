@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from enum import IntEnum, StrEnum
+from enum import IntEnum, StrEnum, nonmember
 from typing import Any
 
 import msgspec
@@ -40,14 +40,30 @@ __all__ = ["KVStatus", "Message", "Role"]
 
 
 class Role(StrEnum):
-    """The canonical roles. ``Message.role`` is a plain string: any other
-    non-empty role (``agent``, ``mcp_response``) is kept as given."""
+    """Every role of a conversation with agents and tools.
+
+    The five enum members are the roles every provider format speaks. The
+    other four (``Role.AGENT``, ``Role.TOOL_RESPONSE``, ``Role.PCP_RESPONSE``,
+    ``Role.MCP_RESPONSE``) are named here as plain strings, not members, on
+    purpose: no provider has them, and a provider format sends only a role that
+    ``Role(...)`` accepts, so it refuses these (``InvalidMessage`` at
+    ``$[i].role``) unless a ``role_map`` says what to send
+    (``{"agent": "assistant"}``) instead of guessing. ``Message.role`` is a plain
+    string: any non-empty role is kept as given. ``Role.ALL`` lists all nine.
+    """
 
     SYSTEM = "system"
     DEVELOPER = "developer"
     USER = "user"
     ASSISTANT = "assistant"
     TOOL = "tool"
+    AGENT = nonmember("agent")
+    TOOL_RESPONSE = nonmember("tool_response")
+    PCP_RESPONSE = nonmember("pcp_response")
+    MCP_RESPONSE = nonmember("mcp_response")
+    ALL = nonmember(("system", "developer", "user", "assistant", "tool",
+                     "agent", "tool_response", "pcp_response", "mcp_response"))
+    """Every role named here, the provider roles first."""
 
 
 class KVStatus(IntEnum):
