@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -197,6 +198,54 @@ def test_attachment_limits(png_bytes: bytes) -> None:
     audio_as_image = ImagePart(attachment=Attachment.from_bytes(b"RIFF\x00\x00\x00\x00WAVEfmt "))
     with pytest.raises(InvalidMessage, match="cannot hold audio"):
         Message.user("x", audio_as_image)
+
+
+UNKNOWN_BYTES = bytes(range(256))  # no magic number, not UTF-8
+
+
+def test_attachment_of_unknown_bytes_is_refused_with_its_path(png_bytes: bytes) -> None:
+    sniffed = Attachment.from_bytes(UNKNOWN_BYTES, name="blob.bin")
+    assert sniffed.mime_type == "application/octet-stream"
+    with pytest.raises(InvalidMessage, match="match no known format") as info:
+        Message.user("look", Attachment.from_bytes(png_bytes), sniffed)
+    assert info.value.path == "$.parts[2].attachment.data"
+    inside = Message(role="tool", parts=[ToolResult(call_id="c", content=[
+        TextPart(text="made a file"), FilePart(attachment=Attachment.from_bytes(UNKNOWN_BYTES))])])
+    with pytest.raises(InvalidMessage) as info:
+        inside.validate()
+    assert info.value.path == "$.parts[0].content[1].attachment.data"
+    # the same bytes with a supported type declared by the caller are accepted
+    declared = Attachment.from_bytes(UNKNOWN_BYTES, mime_type="application/pdf")
+    assert Message.user("", declared).attachments == [declared]
+    # octet-stream is not a declaration: known bytes are named, a stored file refused too
+    with pytest.raises(InvalidMessage, match="look like image/png") as info:
+        Message.user("", Attachment.from_bytes(png_bytes, mime_type="application/octet-stream"))
+    assert info.value.path == "$.parts[0].attachment.mime_type"
+    with pytest.raises(InvalidMessage) as info:
+        Message.user("", sniffed.without_data())
+    assert info.value.path == "$.parts[0].attachment.mime_type"
+
+
+def test_history_and_decoding_refuse_unknown_bytes() -> None:
+    from chathistory import History
+
+    bad = Message(role="user", parts=[FilePart(attachment=Attachment.from_bytes(UNKNOWN_BYTES))])
+    h = History([Message.user("hi")])
+    with pytest.raises(InvalidMessage) as info:
+        h.extend([Message.user("ok"), bad])
+    assert info.value.path == "$[1].parts[0].attachment.data" and len(h) == 1
+    with pytest.raises(InvalidMessage) as info:
+        Message.from_json(bad.to_json())
+    assert info.value.path == "$.parts[0].attachment.data"
+
+
+def test_asset_store_keeps_unknown_bytes(tmp_path: Path) -> None:
+    from chathistory.assets import FileAssetStore
+
+    stored = FileAssetStore(tmp_path).put("t", UNKNOWN_BYTES)
+    assert stored.mime_type == "application/octet-stream"  # stored; a message refuses it
+    with pytest.raises(InvalidMessage):
+        Message.user("", stored)
 
 
 def test_message_is_a_value() -> None:

@@ -28,7 +28,13 @@ import msgspec
 
 from .errors import ChatHistoryError, InvalidMessage, NotFound
 from .model import Attachment
-from .model._sniff import SUPPORTED_MIME_TYPES, image_size, modality_of, sniff_mime
+from .model._sniff import (
+    SUPPORTED_MIME_TYPES,
+    UNKNOWN_MIME_TYPE,
+    image_size,
+    modality_of,
+    sniff_mime,
+)
 from .model.parts import MAX_ATTACHMENT_BYTES
 
 __all__ = ["AssetTooLarge", "AssetWriter", "FileAssetStore", "check_digest"]
@@ -57,8 +63,11 @@ def check_digest(sha256: str) -> str:
 
 
 def _normal_mime(mime_type: str) -> str:
+    """The bare, lower-case type; unknown bytes (``application/octet-stream``) are
+    stored too, a message referencing them is what refuses them."""
     mime = mime_type.split(";")[0].strip().lower()
-    if mime not in SUPPORTED_MIME_TYPES and not mime.startswith("text/"):
+    if mime not in SUPPORTED_MIME_TYPES and mime != UNKNOWN_MIME_TYPE \
+            and not mime.startswith("text/"):
         raise InvalidMessage(f"unsupported media type {mime_type!r}", "$.mime_type")
     return mime
 

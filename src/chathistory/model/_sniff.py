@@ -9,7 +9,7 @@ from __future__ import annotations
 import mimetypes
 import struct
 
-__all__ = ["SUPPORTED_MIME_TYPES", "image_size", "modality_of", "sniff_mime"]
+__all__ = ["SUPPORTED_MIME_TYPES", "UNKNOWN_MIME_TYPE", "image_size", "modality_of", "sniff_mime"]
 
 _IMAGE = {"image/png", "image/jpeg", "image/gif", "image/webp", "image/heic", "image/heif"}
 _AUDIO = {
@@ -23,11 +23,16 @@ _DOCUMENT = {
     "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
     "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
     "application/vnd.openxmlformats-officedocument.presentationml.presentation",
-    "application/vnd.ms-excel", "application/zip", "application/octet-stream",
+    "application/vnd.ms-excel", "application/zip",
 }
 
 SUPPORTED_MIME_TYPES = frozenset(_IMAGE | _AUDIO | _VIDEO | _DOCUMENT)
-"""Every media type an attachment may have, besides any ``text/*``."""
+"""Every media type a message's attachment may have, besides any ``text/*``."""
+
+UNKNOWN_MIME_TYPE = "application/octet-stream"
+"""What ``sniff_mime`` says of bytes that match no known format. Not a supported
+type: a message refuses such an attachment unless its type is declared; the
+asset store keeps the bytes (storing is not sending them to a model)."""
 
 _EXTRA_EXTENSIONS = {
     ".md": "text/markdown", ".jsonl": "application/json", ".webp": "image/webp",
@@ -112,7 +117,7 @@ def sniff_mime(data: bytes, name: str | None = None) -> str:
         try:
             data[:4093].decode("utf-8")
         except UnicodeDecodeError:
-            return "application/octet-stream"
+            return UNKNOWN_MIME_TYPE
     return "text/plain"
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from ..errors import InvalidMessage
-from ._sniff import SUPPORTED_MIME_TYPES, modality_of
+from ._sniff import SUPPORTED_MIME_TYPES, UNKNOWN_MIME_TYPE, modality_of, sniff_mime
 from .parts import (
     MAX_ATTACHMENT_BYTES,
     Attachment,
@@ -380,6 +380,8 @@ def _check_media(part: MediaPart, path: str) -> None:
     if att.data is not None and len(att.data) != att.size:
         raise InvalidMessage("size does not match the attached bytes", apath + ".size")
     mime = att.mime_type.split(";")[0].strip().lower()
+    if mime == UNKNOWN_MIME_TYPE:
+        _refuse_unknown(att, apath)
     if mime not in SUPPORTED_MIME_TYPES and not mime.startswith("text/"):
         raise InvalidMessage(f"unsupported media type {att.mime_type!r}", apath + ".mime_type")
     modality = modality_of(mime)
@@ -394,3 +396,20 @@ def _check_media(part: MediaPart, path: str) -> None:
     # with the real bytes would be served these (the first write of a digest wins)
     if att.data is not None and hashlib.sha256(att.data).hexdigest() != att.sha256:
         raise InvalidMessage("sha256 does not match the attached bytes", apath + ".sha256")
+
+
+def _refuse_unknown(att: Attachment, path: str) -> None:
+    """``application/octet-stream`` is what sniffing says of bytes that match no
+    known format; no provider takes it, so the caller must say what the bytes are."""
+    if att.data is None:
+        raise InvalidMessage(
+            f"{UNKNOWN_MIME_TYPE} is not a supported media type (the stored file matched "
+            "no known format); declare its mime_type", path + ".mime_type")
+    found = sniff_mime(att.data, att.name)
+    if found != UNKNOWN_MIME_TYPE:
+        raise InvalidMessage(
+            f"{UNKNOWN_MIME_TYPE} is not a supported media type; the bytes look like {found}",
+            path + ".mime_type")
+    raise InvalidMessage(
+        "the attached bytes match no known format; pass the supported mime_type they have "
+        "(Attachment.from_bytes(data, mime_type=...))", path + ".data")
