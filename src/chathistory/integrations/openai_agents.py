@@ -1,11 +1,12 @@
 """OpenAI Agents SDK: the ``Session`` protocol over any chathistory store.
 
 ``ChatHistorySession(session_id, store)`` can be passed as ``session=`` to
-``Runner.run``. It behaves like the SDK's ``SQLiteSession``: items come back in
-the order they were added and equal to them, ``get_items(limit=n)`` returns the
-newest ``n`` in chronological order (``0`` gives none, a negative limit all, and
-``session_settings.limit`` is the default), ``pop_item`` removes and returns the
-newest item (None when empty), ``clear_session`` removes them all.
+``Runner.run``. It returns what the SDK's own ``SQLiteSession`` returns (a test
+runs both side by side on every backend): items come back in the order they were
+added and equal to ``json.loads(json.dumps(item))``, ``get_items(limit=n)``
+returns the newest ``n`` in chronological order (``0`` gives none, a negative
+limit all, and ``session_settings.limit`` is the default), ``pop_item`` removes
+and returns the newest item (None when empty), ``clear_session`` removes them all.
 
 Storage: each item is one message, appended in one atomic write per
 ``add_items``. The item itself is kept as given in
@@ -15,23 +16,41 @@ returns), and the message's role and parts are what
 pair safety, the viewer and the other adapters see real content. Items that
 adapter does not take are mapped here:
 
-- an item with a ``call_id`` whose type ends in ``_call`` is an assistant tool call
-  (name: the item's ``name``, else its type; arguments: its other fields), one whose
-  type ends in ``_output`` a tool result (its ``output``, JSON unless a string);
-- a ``reasoning`` item with neither summary nor encrypted content (OpenAI's stored
-  reasoning) is a reasoning part carrying the item id (as its signature, so the
-  part is not empty), which ``to_openai_responses`` sends back as the same item;
-- anything else is a message of the item's role (``assistant`` if it has none)
-  whose text is the item as JSON.
+- an item with a ``call_id`` whose type ends in ``_call`` (or is ``program``) is a
+  tool call (an assistant ``ToolCall``; name: the item's ``name``, else its type;
+  arguments: its other fields), one whose type ends in ``_output`` the result of the
+  call with that ``call_id`` (a ``tool`` message; its ``output``, else its
+  ``result``, JSON unless a string). That covers every pair the SDK matches by
+  ``call_id`` (``function_call``, ``custom_tool_call``, ``computer_call``,
+  ``shell_call``, ``local_shell_call``, ``apply_patch_call``, ``tool_search_call``)
+  and programmatic tool calling: a ``program`` item is the call and the
+  ``program_output`` with its ``call_id`` the result, so the program, the tool calls
+  it made and its output form one group;
+- a ``reasoning`` item the decoder does not take (OpenAI's stored reasoning, with
+  neither summary nor encrypted content) is a reasoning part carrying the item id
+  (as its signature, so the part is not empty), which ``to_openai_responses`` sends
+  back as the same item;
+- anything else (hosted tool calls such as ``web_search_call`` or ``mcp_call``,
+  ``item_reference``, ``compaction``, ...) is a message of the item's role
+  (``assistant`` if it has none) whose text is the item as JSON.
 
-Differences from ``SQLiteSession``, both from chathistory's pair-safety rule: a
-limit that would split a tool call from its results (or reasoning from its call)
-is widened to the whole group, so ``get_items(n)`` may return a few more than
-``n`` (``pair_safe=False`` gives exactly ``n``); and a ``function_call_output``
-whose call was never added is not returned (providers reject it). Messages that
-other writers added to the same session (a ``HistoryProvider``, another
-adapter) are returned as ``to_openai_responses`` encodes them (``pop_item``
-removes such a message whole and returns its last item).
+Differences from ``SQLiteSession``, the first two from chathistory's pair-safety
+rule, on purpose:
+
+- a limit that would split a tool call from its results (parallel calls from each
+  other's results, or reasoning from the item after it) is widened to the whole
+  group, so ``get_items(n)`` may return a few more than ``n``: the newest ``n``
+  items and the rest of their oldest group (``pair_safe=False`` gives exactly
+  ``n``). ``SQLiteSession`` can hand the model ``[call_2, out_1, out_2, answer]``,
+  which the Responses API rejects (``out_1`` has no call);
+- a result whose call was never added (an ``*_output`` with an unknown
+  ``call_id``) is kept but not returned, for the same reason;
+- an item ``json.dumps`` cannot write strictly (NaN or infinity, a lone surrogate)
+  is refused with ``InvalidMessage`` instead of being stored as non-standard JSON.
+
+Messages that other writers added to the same session (a ``HistoryProvider``,
+another adapter) are returned as ``to_openai_responses`` encodes them
+(``pop_item`` removes such a message whole and returns its last item).
 """
 
 from __future__ import annotations
@@ -41,8 +60,6 @@ import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any, cast
-
-import msgspec
 
 from ..errors import InvalidMessage, MissingDependency, NotFound
 from ..formats import from_openai_responses, to_openai_responses
@@ -63,15 +80,19 @@ __all__ = ["ChatHistorySession", "item_of", "message_of"]
 
 NS = "openai_agents"
 _CALL_FIELDS = frozenset({"type", "call_id", "id", "status", "name"})
+_RESULT_FIELDS = ("output", "result")  # result: a program_output's
 
 
 def message_of(item: Mapping[str, Any]) -> Message:
     """The message that stores one Responses input item (a new id every time: the
     SDK may add equal items twice, and each is an item of its own)."""
     try:
-        raw = msgspec.json.decode(msgspec.json.encode(item))
-    except (TypeError, ValueError) as exc:
+        # the copy SQLiteSession makes (json.loads(json.dumps(item))), strict JSON only
+        text = json.dumps(item, ensure_ascii=False, allow_nan=False)
+        text.encode()  # a lone surrogate: no UTF-8, so no store can keep it
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidMessage(f"an item must be JSON: {exc}", "$") from None
+    raw = json.loads(text)
     if not isinstance(raw, dict):
         raise InvalidMessage(f"an item must be an object, not {type(item).__name__}", "$")
     try:
@@ -90,10 +111,11 @@ def _mapped(item: dict[str, Any]) -> tuple[str, list[Part]]:
     call_id = item.get("call_id")
     if isinstance(kind, str) and isinstance(call_id, str) and call_id:
         if kind.endswith("_output"):
-            output = item.get("output")
+            output = next((item[k] for k in _RESULT_FIELDS if k in item),
+                          {k: v for k, v in item.items() if k not in _CALL_FIELDS})
             text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
             return "tool", [ToolResult(call_id=call_id, content=text)]
-        if kind.endswith("_call"):
+        if kind.endswith("_call") or kind == "program":
             name = item.get("name") if isinstance(item.get("name"), str) else None
             args = {k: v for k, v in item.items() if k not in _CALL_FIELDS}
             return "assistant", [ToolCall(id=call_id, name=name or kind, arguments=args)]
