@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import signal
 import sqlite3
 import threading
@@ -15,7 +16,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from chathistory import Attachment, KVStatus, Message
+from chathistory import Attachment, History, KVStatus, Message
 from chathistory.stores import Session, open_store
 from chathistory.stores import sqlite as sqlite_module
 from chathistory.stores.engine import recent_key
@@ -97,7 +98,7 @@ def test_a_database_from_before_m002_lists_in_recent_order(tmp_path: Path) -> No
                           msgspec.json.encode(session).decode(), "default", sid))
     conn.close()
     store = SQLiteStore(path, counter="approx")
-    assert [n for n, _ in migrations(path)] == ["m001_initial", "m002_updated_at"]
+    assert [n for n, _ in migrations(path)] == [n for n, _ in sqlite_module.MIGRATIONS]
     assert [s.id for s in store.list_sessions(order="recent").items] == ["a", "c", "b"]
     stored = dict(store._conn.execute("SELECT id, updated_at FROM sessions").fetchall())
     assert stored == {sid: recent_key(store.get_session(sid)) for sid in updated}
@@ -372,3 +373,33 @@ def test_atomic_groups_writes_and_nests(tmp_path: Path) -> None:
             raise RuntimeError
     assert [m.text for m in store.range("s")] == ["kept"]
     store.close()
+
+
+def test_m003_mends_group_flags_of_a_database_written_by_0_1_0(tmp_path: Path) -> None:
+    """``tests/golden/sqlite_0_1_0.db`` was written by the release before the batch
+    grouping fix: parallel calls stored one per message and answered in the same
+    batch (and a fork answering inherited calls in one batch) have a group-start flag
+    set between the calls, so its reads returned a result without its call. After
+    m003 every read equals History's selector over the same messages."""
+    path = tmp_path / "old.db"
+    shutil.copy(Path(__file__).parent.parent / "golden" / "sqlite_0_1_0.db", path)
+    with sqlite3.connect(path) as conn:
+        assert "m003_regroup" not in {n for (n,) in conn.execute("SELECT name FROM migrations")}
+        wrong = conn.execute("SELECT cut_ok FROM messages WHERE session_id = 'batch' "
+                             "AND seq = 3").fetchone()[0]
+    assert wrong == 1  # the file holds the old flags: a group starts at the second call
+    store = SQLiteStore(path, counter="approx")
+    try:
+        for sid in ("batch", "one-by-one", "fork", "parent"):
+            msgs = store.range(sid)
+            history = History(msgs)
+            for k in range(len(msgs) + 1):
+                assert ids(store.tail(sid, k)) == ids(history.recent(k)), (sid, k)
+        assert len(store.tail("fork", 2)) == 8  # back to the reasoning before the calls
+    finally:
+        store.close()
+    assert "m003_regroup" in [name for name, _ in migrations(path)]
+
+
+def ids(messages: list[Message]) -> list[str]:
+    return [m.id for m in messages]

@@ -910,3 +910,33 @@ def _stored_json(message: Message, assets: dict[str, tuple[bytes, str]]) -> byte
                     assets[att.sha256] = (found[att.sha256], att.mime_type)
             message = msgspec.structs.replace(message, parts=parts)
     return encode(message)
+
+
+_RESULT_MARK = b'"tool_result"'
+
+
+def closed_spans(own_from: int, rows: Iterable[tuple[int, bytes]],
+                 chain: Sequence[tuple[Mapping[str, int], int]]) -> list[tuple[int, int]]:
+    """Where the group-start flag of a session's own rows must be clear: ``[lo, hi]``
+    position ranges, one per tool result, from just after its call (or the session's
+    first own position ``own_from``) to the result. ``rows`` are the session's own
+    ``(seq, stored JSON)``; ``chain`` holds the calls of the session and then of each
+    ancestor (call id -> position), each with the end of the positions this session
+    sees of it. What the stores' schema steps use to mend flags that releases before
+    the batch grouping fix stored (a result in a batch did not join the batch's
+    earlier messages to its call)."""
+    spans: list[tuple[int, int]] = []
+    for seq, data in rows:
+        if _RESULT_MARK not in data:
+            continue
+        for part in _message_decoder.decode(data).parts:
+            if type(part) is not ToolResult:
+                continue
+            for calls, end in chain:
+                call = calls.get(part.call_id)
+                if call is not None and call < min(end, seq):
+                    lo = max(call + 1, own_from)
+                    if lo <= seq:
+                        spans.append((lo, seq))
+                    break
+    return spans
