@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -53,14 +55,37 @@ def with_tools() -> list[Message]:
 def test_truncation_threshold_and_target() -> None:
     msgs = [Message.system("s"), *turns(10)]
     r = TruncationReducer(target_count=4, threshold_count=2)
-    assert r.reduce(msgs[:7]) is None  # 6 messages: not over 4 + 2
+    assert r.reduce(msgs[:7]) is not None  # 7 messages, the system one included: over 4 + 2
+    assert r.reduce(msgs[:6]) is None
     out = r.reduce(msgs)
     assert out is not None
     assert out[0] is msgs[0]
     assert out[1].role == "user"  # prefers to start at a user message
-    assert 4 <= len(out) - 1 <= 6
+    assert 4 <= len(out) <= 6  # the system message counts within the target
     assert out[1:] == msgs[-(len(out) - 1):]
     assert r.reduce(out) is None  # idempotent once under the threshold
+
+
+def test_truncation_counts_kept_messages_as_semantic_kernel_does() -> None:
+    """Semantic Kernel's ChatHistoryTruncationReducer(targetCount: 2) over a system
+    message and a chat ending with the user keeps [system, last user]: its
+    LocateSafeReductionIndex takes one off targetCount for the system message."""
+    system, u1, a1, u2 = (Message.system("s"), Message.user("u1"), Message.assistant("a1"),
+                          Message.user("u2"))
+    assert TruncationReducer(2).reduce([system, u1, a1, u2]) == [system, u2]
+    a2 = Message.assistant("a2")
+    assert TruncationReducer(2).reduce([system, u1, a1, u2, a2]) == [system, a2]
+    # threshold 1: the cut moves back to the user message within it (cohesion)
+    assert TruncationReducer(2, 1).reduce([system, u1, a1, u2, a2]) == [system, u2, a2]
+    assert TruncationReducer(2, 1).reduce([system, u1, a1]) is None  # 3 <= 2 + 1
+    # every kept message counts (system and developer), wherever it stands
+    dev = Message.developer("d")
+    assert TruncationReducer(3).reduce([system, u1, dev, a1, u2, a2]) == [system, dev, a2]
+    # kept messages alone reach the target: the others all go (none is a user in
+    # the threshold); keep_system=False counts nothing as kept
+    assert TruncationReducer(1).reduce([system, u1, a1]) == [system]
+    assert TruncationReducer(1, 1).reduce([system, u1, a1, u2]) == [system, u2]
+    assert TruncationReducer(2, keep_system=False).reduce([system, u1, a1, u2]) == [a1, u2]
 
 
 def test_truncation_never_splits_a_tool_group() -> None:
@@ -74,6 +99,13 @@ def test_truncation_never_splits_a_tool_group() -> None:
         if "tool" in roles:
             assert out[roles.index("tool") - 1].tool_calls  # the call precedes its results
             assert roles.count("tool") == 2
+
+
+def test_docs_semantic_kernel_example_runs() -> None:
+    text = (Path(__file__).parent.parent / "docs" / "reduce.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", text, re.S)
+                if "TruncationReducer(target_count=2)" in b]
+    exec(compile(block, "docs/reduce.md", "exec"), {})
 
 
 def test_keep_system_false() -> None:
@@ -157,9 +189,10 @@ def test_summary_placed_after_system_with_replaced_ids() -> None:
     assert out is not None
     assert out[0] is msgs[0] and is_summary(out[1])
     assert out[1].role == "user"
-    assert summary_of(out[1]) == [m.id for m in msgs[1:5]]
-    assert out[2:] == msgs[5:]
-    assert calls == [msgs[1:5]]
+    # the system message counts within target_count (the summary does not)
+    assert summary_of(out[1]) == [m.id for m in msgs[1:6]]
+    assert out[2:] == msgs[6:]
+    assert calls == [msgs[1:6]]
 
 
 def test_earlier_summary_is_folded_not_stacked() -> None:
@@ -212,7 +245,7 @@ def test_async_summarizer() -> None:
 
     h = History([Message.system("s"), *turns(8)])
     assert asyncio.run(h.areduce(SummarizationReducer(summarize, target_count=4))) is True
-    assert is_summary(h[1]) and h[1].text.endswith("4 messages")
+    assert is_summary(h[1]) and h[1].text.endswith("5 messages")
 
     async def hangs(messages: list[Message]) -> str:
         await asyncio.sleep(5)

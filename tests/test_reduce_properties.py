@@ -167,11 +167,17 @@ def deterministic_reducers(draw: st.DrawFn, keep_system: bool
                               keep_system=keep_system)
 
 
+def rest_target(target_count: int, kept: Sequence[Message]) -> int:
+    """Truncation and summarization count the kept messages within ``target_count``
+    (Semantic Kernel's rule); this is what is left for the others."""
+    return max(target_count - len(kept), 0)
+
+
 def due(reducer: object, messages: Sequence[Message], keep: tuple[str, ...]) -> bool:
     """Whether a reducer has work to do, from its docstring."""
-    _, rest = split(messages, keep)
+    kept, rest = split(messages, keep)
     if isinstance(reducer, TruncationReducer):
-        return len(rest) > reducer.target_count + reducer.threshold_count
+        return len(rest) > rest_target(reducer.target_count, kept) + reducer.threshold_count
     if isinstance(reducer, MessageCountReducer):
         return len(rest) > reducer.max_messages
     if isinstance(reducer, TokenBudgetReducer):  # over, and something can leave
@@ -179,7 +185,8 @@ def due(reducer: object, messages: Sequence[Message], keep: tuple[str, ...]) -> 
     if isinstance(reducer, SummarizationReducer):
         plain = [m for m in rest if not is_summary(m)]
         t = reducer.truncation
-        return len(plain) > t.target_count + t.threshold_count
+        kept = [m for m in kept if not is_summary(m)]
+        return len(plain) > rest_target(t.target_count, kept) + t.threshold_count
     raise AssertionError(reducer)
 
 
@@ -212,20 +219,25 @@ def test_truncation_reducer(messages: list[Message], keep_system: bool,
     threshold = data.draw(st.integers(0, 2) | st.integers(0, 6), label="threshold")
     reducer = TruncationReducer(target, threshold, keep_system=keep_system)
     keep = kept_roles(keep_system)
-    _, rest = split(messages, keep)
+    kept, rest = split(messages, keep)
     before = snapshot(messages)
     out = reducer.reduce(messages)
     assert snapshot(messages) == before, "reduce changed its input"
-    if len(rest) <= target + threshold:
+    if len(messages) <= target + threshold:  # every message counts, kept ones too
+        assert out is None
+        return
+    others = rest_target(target, kept)
+    if len(rest) <= others + threshold:  # the kept messages alone are over it
         assert out is None
         return
     assert out is not None
     check_common(out, messages, keep)
     out_rest = [m for m in out if m.role not in keep]
-    assert len(out_rest) <= target + threshold
+    assert len(out_rest) <= others + threshold
+    assert len(out) <= max(target, len(kept)) + threshold
     start = cut_start(rest, out_rest)
-    # cut no further than the first group boundary at or after len(rest) - target
-    assert start == 0 or len(rest) - group_before(rest, start) > target
+    # cut no further than the first group boundary at or after len(rest) - others
+    assert start == 0 or len(rest) - group_before(rest, start) > others
     assert reducer.reduce(out) is None  # idempotent
 
 
@@ -391,11 +403,11 @@ def test_summarization_reducer(messages: list[Message], keep_system: bool,
     fake = FakeSummarizer()
     reducer = SummarizationReducer(fake, target, threshold, keep_system=keep_system)
     keep = kept_roles(keep_system)
-    _, rest = split(messages, keep)
+    kept, rest = split(messages, keep)
     before = snapshot(messages)
     out = reducer.reduce(messages)
     assert snapshot(messages) == before, "reduce changed its input"
-    if len(rest) <= target + threshold:
+    if len(rest) <= rest_target(target, kept) + threshold:
         assert out is None and fake.calls == []
         return
     assert out is not None
@@ -407,7 +419,7 @@ def test_summarization_reducer(messages: list[Message], keep_system: bool,
     assert ids(fake.calls[-1]) == ids(removed)  # the summarizer saw what it replaces
     assert summary.text.endswith(fake(removed))
     plain_rest = [m for m in out if m.role not in keep and not is_summary(m)]
-    assert len(plain_rest) <= target + threshold
+    assert len(plain_rest) <= rest_target(target, kept) + threshold
     assert reducer.reduce(out) is None  # the summary itself does not count
 
 

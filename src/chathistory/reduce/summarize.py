@@ -60,7 +60,9 @@ def summary_of(message: Message) -> list[str]:
 
 class SummarizationReducer(BaseReducer):
     """Above ``target_count + threshold_count`` messages, summarize the oldest so
-    about ``target_count`` remain (the cut is the one ``TruncationReducer`` makes).
+    about ``target_count`` remain besides the summary (the cut is the one
+    ``TruncationReducer`` makes: kept system and developer messages count within
+    ``target_count``, as in Semantic Kernel's ``ChatHistorySummarizationReducer``).
 
     ``summary_role`` defaults to ``user``: every provider accepts a user message
     first after the system prompt (Anthropic requires it); the text starts with

@@ -18,14 +18,22 @@ def _roles(keep_system: bool) -> frozenset[str]:
 
 
 class TruncationReducer(BaseReducer):
-    """Nothing happens until there are more than ``target_count + threshold_count``
-    messages (system and developer messages not counted); then the oldest are cut
-    so about ``target_count`` remain.
+    """Semantic Kernel's ``ChatHistoryTruncationReducer``, pair-safe.
+
+    ``target_count`` counts every message that remains, the kept system and
+    developer messages included (SK counts its system message the same way):
+    ``TruncationReducer(2)`` over ``[system, user, assistant, user]`` keeps the
+    system message and the last user message. Nothing happens until there are
+    more than ``target_count + threshold_count`` messages; then the oldest other
+    messages are cut so that about ``target_count`` remain.
 
     The cut lands on a group boundary at or after the target (so at most
     ``target_count`` remain); if a user message starts a group between there and
     the threshold, the cut moves back to it (keeping up to
-    ``target_count + threshold_count``), so the kept part starts with the user.
+    ``target_count + threshold_count``), so the kept part starts with the user
+    (SK's cohesion rule). Kept messages are never cut: when they alone reach
+    ``target_count``, every other message goes, unless the threshold holds a
+    user message.
     """
 
     def __init__(self, target_count: int, threshold_count: int = 0, *,
@@ -44,10 +52,12 @@ class TruncationReducer(BaseReducer):
     def cut_index(self, split: Split) -> int | None:
         """Where to cut ``split.rest``, or None when under the threshold."""
         n = len(split.rest)
-        if n <= self.target_count + self.threshold_count:
+        # the kept messages take their places in the target first
+        target = max(self.target_count - (len(split.messages) - n), 0)
+        if n <= target + self.threshold_count:
             return None
-        start = split.boundary_at_or_after(n - self.target_count)
-        floor = n - self.target_count - self.threshold_count
+        start = split.boundary_at_or_after(n - target)
+        floor = n - target - self.threshold_count
         for i in range(min(start, n - 1), max(floor, 0) - 1, -1):
             if split.rest[i].role == "user" and split.groups.boundary_ok(i):
                 return i
