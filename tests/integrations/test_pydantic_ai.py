@@ -147,9 +147,15 @@ def test_unknown_roles_are_refused_with_the_path() -> None:
     assert caught.value.path == "$[1].role"
 
 
-def test_empty_responses_are_left_out() -> None:
-    ours = from_pydantic_ai([ModelRequest(parts=[UserPromptPart("hi")]), ModelResponse(parts=[])])
-    assert [m.role for m in ours] == ["user"]
+def test_empty_responses_are_kept_with_a_placeholder_no_format_sends() -> None:
+    from chathistory.formats import to_anthropic, to_openai_chat
+
+    ours = from_pydantic_ai([ModelRequest(parts=[UserPromptPart("hi")]), ModelResponse(parts=[]),
+                             ModelRequest(parts=[UserPromptPart("again")])])
+    assert [m.role for m in ours] == ["user", "assistant", "user"]
+    assert [type(p) for p in ours[1].parts] == [Reasoning]
+    assert [m["role"] for m in to_openai_chat(ours)] == ["user", "user"]
+    assert [m["role"] for m in to_anthropic(ours)["messages"]] == ["user"]
 
 
 def test_agent_runs_with_a_stored_history(store: BaseStore) -> None:

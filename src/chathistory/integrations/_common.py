@@ -1,6 +1,7 @@
 """What the framework adapters share: a store on both sides (sync and async),
 appends that create the session on first use, reads of a session that may not
-exist yet, message ids taken from the framework, and JSON-safe metadata."""
+exist yet, message ids taken from the framework, JSON-safe metadata, and the
+placeholder that lets an assistant message with no content of ours be stored."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from ..errors import Conflict, InvalidMessage, NotFound
-from ..model import AudioPart, FilePart, ImagePart, Message, new_id
+from ..model import AudioPart, FilePart, ImagePart, Message, Part, Reasoning, new_id
 from ..stores.aio import AsyncStoreAdapter
 from ..stores.base import Store
 
@@ -23,10 +24,13 @@ __all__ = [
     "b64decode",
     "data_url",
     "ids_for",
+    "is_placeholder",
     "json_safe",
     "media_part",
     "or_empty",
+    "placeholder",
     "resolved",
+    "storable",
     "store_pair",
 ]
 
@@ -139,3 +143,32 @@ def data_url(url: str, path: str) -> tuple[str | None, bytes]:
     if not url.startswith("data:") or not sep or not head.endswith(";base64"):
         raise InvalidMessage("expected a base64 data URL", path)
     return head[:-7] or None, b64decode(payload, path)
+
+
+def storable(message: Message) -> bool:
+    """Whether the model accepts ``message`` for lack of content alone; any other
+    fault still raises ``InvalidMessage``."""
+    try:
+        message.validate()
+    except InvalidMessage as exc:
+        if exc.path != "$.parts":
+            raise
+        return False
+    return True
+
+
+def placeholder(namespace: str) -> Reasoning:
+    """The part that lets a framework's assistant message with no content we model
+    (an empty response, only an empty text) be stored and read back.
+
+    A message needs content, and a reasoning part holding only provider metadata is
+    the model's opaque provider item; provider formats send no reasoning they did not
+    sign, so it reaches no model. Only assistant messages get one: formats refuse
+    reasoning in any other role."""
+    return Reasoning(provider_metadata={namespace: {"placeholder": True}})
+
+
+def is_placeholder(part: Part, namespace: str) -> bool:
+    """True for the ``placeholder(namespace)`` part."""
+    return (type(part) is Reasoning and not part.text and part.data is None
+            and part.provider_metadata.get(namespace, {}).get("placeholder") is True)

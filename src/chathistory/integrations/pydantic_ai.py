@@ -6,22 +6,31 @@
 - A ``ModelRequest`` becomes one message per part: ``SystemPromptPart`` ->
   ``system``, ``UserPromptPart`` -> ``user`` (text, ``ImageUrl`` / ``AudioUrl`` /
   ``DocumentUrl`` / ``VideoUrl`` as URL media, ``BinaryContent`` as an
-  attachment), ``ToolReturnPart`` -> ``tool`` (any ``outcome`` but ``success`` is
-  ``is_error``; non-string content is sent as its JSON text and kept as given),
-  ``RetryFeedbackPart`` -> ``user`` text. A legacy ``RetryPromptPart`` is first
-  read the way pydantic-ai reads it: a tool-bound one is a ``ToolReturnPart`` with
-  ``outcome="retried"``, any other a ``RetryFeedbackPart``. Messages of one request
-  share a group key, so they go back as one request.
+  attachment; other items of its content list, such as a ``CachePoint``, are kept
+  as given and put back in place), ``ToolReturnPart`` -> ``tool`` (any ``outcome``
+  but ``success`` is ``is_error``; non-string content is sent as its JSON text and
+  kept as given), ``RetryFeedbackPart`` -> ``user`` text. A legacy
+  ``RetryPromptPart`` is first read the way pydantic-ai reads it: a tool-bound one
+  is a ``ToolReturnPart`` with ``outcome="retried"``, any other a
+  ``RetryFeedbackPart``. Messages of one request share a group key, so they go back
+  as one request.
 - A ``ModelResponse`` becomes one ``assistant`` message: ``TextPart``,
   ``ThinkingPart`` (a ``Reasoning`` with its ``signature``) and ``ToolCallPart``
-  (a JSON-string ``args`` is kept as given) in order.
+  (a JSON-string ``args`` is kept as given) in order. A response with no content
+  of ours (no parts, an empty ``TextPart("")``, only native tool parts) is stored
+  with a placeholder part (``_common.placeholder``) that no provider format sends.
 - Every other field (timestamps, ids, ``provider_name`` / ``provider_details``,
   usage, model name, instructions, run ids) is kept in
   ``provider_metadata["pydantic_ai"]``, and parts with no chathistory equivalent
-  (native tool calls, files, compaction, ...) are kept as pydantic-ai serializes
-  them and put back in place, so ``to_pydantic_ai(from_pydantic_ai(h)) == h``.
-  A request or response made only of such parts has nothing to store and is left
-  out, as are empty prompts.
+  (native tool calls, files, compaction, empty prompts, ...) are kept as
+  pydantic-ai serializes them and put back in place, so
+  ``to_pydantic_ai(from_pydantic_ai(h))`` equals pydantic-ai's own JSON round trip
+  of ``h``.
+- A request with nothing to store as a user, system or tool message (no parts,
+  only an empty prompt) rides on the next message of the same call (or the
+  previous one, at the end), as given. Alone in a call it has nothing to ride on
+  and is left out: a message needs content, and a placeholder cannot stand in a
+  non-assistant role (provider formats refuse reasoning there).
 - Messages that did not come from pydantic-ai: ``system`` / ``developer`` ->
   ``SystemPromptPart``; ``user`` -> ``UserPromptPart``; ``tool`` -> ``ToolReturnPart``
   (tool name from the call); ``assistant`` -> ``ModelResponse``; reasoning with a
@@ -53,7 +62,7 @@ from ..model import (
     ToolResult,
     new_id,
 )
-from ._common import media_part
+from ._common import is_placeholder, media_part, placeholder, storable
 
 try:
     from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
@@ -85,11 +94,21 @@ def from_pydantic_ai(messages: Sequence[ModelMessage]) -> list[Message]:
         ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(
             list(messages))), mode="json")
     out: list[Message] = []
+    waiting: list[JSON] = []  # requests with nothing to store, for the next message
     for i, raw in enumerate(dumped):
         try:
-            out.extend(_from_request(raw) if raw["kind"] == "request" else _from_response(raw))
+            made = _from_request(raw) if raw["kind"] == "request" else [_from_response(raw)]
         except InvalidMessage as exc:
             raise exc.under(f"$[{i}]") from None
+        if not made:
+            waiting.append(raw)
+            continue
+        if waiting:
+            made[0].provider_metadata[NS]["before"] = waiting
+            waiting = []
+        out.extend(made)
+    if waiting and out:
+        out[-1].provider_metadata[NS]["after"] = waiting
     return out
 
 
@@ -100,18 +119,21 @@ def _from_request(raw: JSON) -> list[Message]:
     for k, part in enumerate(raw["parts"]):
         kind = part.get("part_kind")
         built = _request_part(part) if kind in _REQUEST_ROLES else None
-        if built is None:
-            extra.append([k, part])
+        message = None
+        if built is not None:
+            role, parts, rest = built
+            message = Message(id=new_id(), role=role, parts=parts,
+                              provider_metadata={NS: {"group": group, "part": rest}})
+        if message is None or not storable(message):
+            extra.append([k, part])  # kept as given, put back in place
             continue
-        role, parts, rest = built
-        meta: JSON = {"group": group, "part": rest}
-        out.append(Message(id=new_id(), role=role, parts=parts, provider_metadata={NS: meta}))
+        out.append(message)
     if out:
         first = out[0].provider_metadata[NS]
         first["request"] = _rest(raw, "parts")
         if extra:
             first["extra"] = extra
-    return [m.validate() for m in out]
+    return out
 
 
 def _request_part(part: JSON) -> tuple[str, list[Part], JSON] | None:
@@ -125,14 +147,17 @@ def _request_part(part: JSON) -> tuple[str, list[Part], JSON] | None:
             ("content",) if isinstance(content, str) else ())
         return "tool", [result], _rest(part, *keep)
     if kind == "user-prompt" and not isinstance(content, str):
-        items = list(content or [])
-        parts = [p for p in (_user_item(item) for item in items) if p is not None]
-        if not parts or len(parts) < len(items):
-            return None  # items we cannot model (cache points, uploaded files): keep the part
-        return "user", parts, _rest(part, "content", "part_kind")
+        parts: list[Part] = []
+        items: list[list[Any]] = []  # cache points, uploaded files...: kept in place
+        for k, item in enumerate(content or []):
+            found = _user_item(item)
+            if found is None:
+                items.append([k, item])
+            else:
+                parts.append(found)
+        rest = _rest(part, "content", "part_kind")
+        return "user", parts, rest | ({"items": items} if items else {})
     text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-    if not text.strip():
-        return None
     keep = (("content",) if isinstance(content, str) else ()) + (
         () if kind == "retry-feedback" else ("part_kind",))
     return _REQUEST_ROLES[kind], [TextPart(text=text)], _rest(part, *keep) | (
@@ -141,7 +166,7 @@ def _request_part(part: JSON) -> tuple[str, list[Part], JSON] | None:
 
 def _user_item(item: Any) -> Part | None:
     if isinstance(item, str):
-        return TextPart(text=item) if item else None
+        return TextPart(text=item)
     kind = item.get("kind") if isinstance(item, dict) else None
     if kind == "binary":
         att = Attachment.from_bytes(base64.b64decode(item["data"]), mime_type=item["media_type"])
@@ -153,8 +178,7 @@ def _user_item(item: Any) -> Part | None:
     return None
 
 
-
-def _from_response(raw: JSON) -> list[Message]:
+def _from_response(raw: JSON) -> Message:
     parts: list[Part] = []
     extra: list[list[Any]] = []
     for k, part in enumerate(raw["parts"]):
@@ -168,23 +192,20 @@ def _from_response(raw: JSON) -> list[Message]:
                                                                "part_kind"))))
         elif kind == "tool-call":
             args = part.get("args")
-            arguments = _arguments(args)
             keep = ("tool_name", "tool_call_id", "part_kind") + (
-                ("args",) if isinstance(args, dict) or args is None else ())
+                ("args",) if isinstance(args, dict) else ())
+            rest = _rest(part, *keep) | ({"args": None} if args is None else {})
             parts.append(ToolCall(id=part["tool_call_id"], name=part["tool_name"],
-                                  arguments=arguments, provider_metadata=_pm(_rest(part, *keep))))
+                                  arguments=_arguments(args), provider_metadata=_pm(rest)))
         else:
             extra.append([k, part])
     meta: JSON = {"response": _rest(raw, "parts")}
     if extra:
         meta["extra"] = extra
     message = Message(id=new_id(), role="assistant", parts=parts, provider_metadata={NS: meta})
-    try:
-        return [message.validate()]
-    except InvalidMessage:
-        if parts and any(not isinstance(p, Reasoning) for p in parts):
-            raise
-        return []  # an empty response: nothing to store
+    if not storable(message):
+        message.parts = [*parts, placeholder(NS)]
+    return message.validate()
 
 
 def _pm(rest: JSON) -> JSON:
@@ -208,23 +229,30 @@ def to_pydantic_ai(messages: Sequence[Message]) -> list[ModelMessage]:
     out: list[JSON] = []
     names = {p.id: p.name for m in messages for p in m.parts if isinstance(p, ToolCall)}
     group: str | None = None
+    joinable = False  # whether a request message may join the request out[-1]
     extras: dict[int, list[list[Any]]] = {}
     for i, msg in enumerate(messages):
         meta = msg.provider_metadata.get(NS, {})
         path = f"$[{i}]"
+        if meta.get("before"):  # requests kept as given: nothing joins them
+            out.extend(meta["before"])
+            joinable = False
         if msg.role == "assistant":
             out.append(_response(msg, meta, path))
-            group = None
-            continue
-        part = _request_part_of(msg, meta, names, path)
-        mine = meta.get("group")
-        if out and out[-1]["kind"] == "request" and (mine is None or mine == group):
-            out[-1]["parts"].append(part)
+            joinable = False
         else:
-            out.append({**meta.get("request", {}), "kind": "request", "parts": [part]})
-        group = mine
-        if "extra" in meta:
-            extras.setdefault(len(out) - 1, []).extend(meta["extra"])
+            part = _request_part_of(msg, meta, names, path)
+            mine = meta.get("group")
+            if joinable and (mine is None or mine == group):
+                out[-1]["parts"].append(part)
+            else:
+                out.append({**meta.get("request", {}), "kind": "request", "parts": [part]})
+            group, joinable = mine, True
+            if "extra" in meta:
+                extras.setdefault(len(out) - 1, []).extend(meta["extra"])
+        if meta.get("after"):
+            out.extend(meta["after"])
+            joinable = False
     for at, found in extras.items():  # parts kept as given go back where they were
         for index, raw in sorted(found, key=lambda e: int(e[0])):
             out[at]["parts"].insert(index, raw)
@@ -248,10 +276,13 @@ def _request_part_of(msg: Message, meta: JSON, names: dict[str, str], path: str)
     if msg.role == "user":
         if rest.get("part_kind") == "retry-feedback":
             return {**rest, "content": rest.get("content", msg.text)}
+        items = rest.pop("items", [])
         single = rest.pop("str", None) or (not meta and len(msg.parts) == 1
                                            and isinstance(msg.parts[0], TextPart))
         prompt: Any = msg.text if single else [
             _user_content(p, f"{path}.parts[{j}]") for j, p in enumerate(msg.parts)]
+        for index, raw in sorted(items, key=lambda e: int(e[0])):
+            prompt.insert(index, raw)
         return {"timestamp": stamp, **rest, "part_kind": "user-prompt", "content": prompt}
     raise InvalidMessage(f"pydantic-ai has no place for role {msg.role!r}", path + ".role")
 
@@ -283,6 +314,8 @@ def _response(msg: Message, meta: JSON, path: str) -> JSON:
             case TextPart():
                 parts.append({**rest, "part_kind": "text", "content": part.text})
             case Reasoning():
+                if is_placeholder(part, NS):
+                    continue
                 if not meta and part.signature is not None:
                     rest["provider_name"] = next((v for k, v in _SIGNERS.items()
                                                   if k in part.provider_metadata), "anthropic")
