@@ -134,8 +134,11 @@ def test_messages_of_other_libraries_become_langchain_messages() -> None:
     assert lc[4].id == ours[4].id and lc[5].id == f"{ours[4].id}-1"
 
 
-def test_empty_ai_message_is_left_out_and_unknown_types_are_refused() -> None:
-    assert from_langchain([AIMessage("")]) == []
+def test_empty_messages_and_unknown_types() -> None:
+    [empty_ai] = from_langchain([AIMessage("")])  # kept, with a placeholder
+    assert empty_ai.role == "assistant" and dumps(to_langchain([empty_ai])) == dumps(
+        [AIMessage("")])
+    assert from_langchain([HumanMessage("")]) == []  # no content, no placeholder outside
     assert len(from_langchain([AIMessage("", tool_calls=[{"id": "c", "name": "f",
                                                            "args": {}}])])) == 1
     with pytest.raises(InvalidMessage) as caught:
@@ -181,14 +184,13 @@ def test_add_and_read_back_every_kind(store: BaseStore, png_bytes: bytes) -> Non
 
 def test_adding_the_same_messages_again_stores_nothing(store: BaseStore) -> None:
     history = ChatHistoryMessageHistory(store, "s1")
-    question = HumanMessage("hi")  # no id: one is given to it
+    question = HumanMessage("hi", id="q-1")
     answer = AIMessage("hello", id="run-7")
     history.add_messages([question, answer])
-    assert question.id is not None
-    history.add_messages([question, answer])
+    history.add_messages([question, answer])  # a retry
     history.add_message(AIMessage("hello", id="run-7"))
     assert [m.content for m in history.messages] == ["hi", "hello"]
-    assert [m.id for m in history.messages] == [question.id, "run-7"]
+    assert [m.id for m in history.messages] == ["q-1", "run-7"]
 
 
 def test_langchain_convenience_methods(store: BaseStore) -> None:

@@ -18,9 +18,22 @@ Mapping (``from_langchain`` / ``to_langchain``):
   parts would not rebuild it exactly (blocks of other shapes, Anthropic
   ``tool_use`` blocks), so that a round trip gives back equal messages.
 - Ids: a LangChain message id is our message id, so adding the same message again
-  is a no-op; a message without an id gets a new UUID (``add_messages`` also sets
-  it on the LangChain message). A message with no content at all (``AIMessage("")``
-  without tool calls) has nothing to store and is left out.
+  is a no-op (retry safety); a message without an id, or whose id an earlier
+  message of the same batch took, gets a new UUID, and the LangChain id (None when
+  it had none) is kept and read back. ``idempotent_ids=False`` gives every message
+  a new UUID: adding a message twice then stores it twice, as LangChain's own
+  ``InMemoryChatMessageHistory`` does. The caller's messages are never changed.
+- An ``AIMessage`` with no content we model (``AIMessage("")``, one with only
+  ``invalid_tool_calls``) is stored with a placeholder part that no provider
+  format sends (``_common.placeholder``), and read back equal. Any other message
+  with empty content has nothing to store and is left out: a message needs content,
+  and provider formats refuse the placeholder outside the assistant role.
+
+Parity with ``InMemoryChatMessageHistory`` (tested on every store backend):
+``messages`` returns what it returns (``model_dump()`` equal) for every shape
+above, added in one batch or one at a time, except that empty non-assistant
+messages are left out and, by default, a message whose id is already stored is
+not stored again (``idempotent_ids``).
 """
 
 from __future__ import annotations
@@ -56,10 +69,13 @@ from ._common import (
     b64decode,
     data_url,
     ids_for,
+    is_placeholder,
     json_safe,
     media_part,
     or_empty,
+    placeholder,
     resolved,
+    storable,
     store_pair,
 )
 
@@ -87,21 +103,20 @@ _MEDIA = ("image", "audio", "file")
 # ---------------------------------------------------------------- LangChain -> ours
 
 
-def from_langchain(messages: Sequence[BaseMessage]) -> list[Message]:
-    """Our messages for LangChain messages (empty ones left out)."""
-    return [m for _, m in _convert(messages)]
-
-
-def _convert(messages: Sequence[BaseMessage]) -> list[tuple[BaseMessage, Message]]:
-    ids = ids_for(m.id for m in messages)
-    out: list[tuple[BaseMessage, Message]] = []
+def from_langchain(messages: Sequence[BaseMessage], *, idempotent_ids: bool = True
+                   ) -> list[Message]:
+    """Our messages for LangChain messages (empty non-assistant ones left out).
+    ``idempotent_ids``: a LangChain id is our id (see the module docstring)."""
+    ids = (ids_for(m.id for m in messages) if idempotent_ids
+           else [new_id() for _ in messages])
+    out: list[Message] = []
     for i, (lc, mid) in enumerate(zip(messages, ids, strict=True)):
         try:
             msg = _from_one(lc, mid)
         except InvalidMessage as exc:
             raise exc.under(f"$[{i}]") from None
         if msg is not None:
-            out.append((lc, msg))
+            out.append(msg)
     return out
 
 
@@ -127,16 +142,21 @@ def _from_one(lc: BaseMessage, mid: str) -> Message | None:
         if isinstance(lc, AIMessage):
             parts += [ToolCall(id=c.get("id") or new_id(), name=c["name"],
                                arguments=dict(c.get("args") or {})) for c in lc.tool_calls]
-    if not parts:
-        if _is_empty(lc.content):
-            return None
-        raise InvalidMessage("no content block of this message maps to a part", "$.content")
+    if lc.id != mid:
+        kept["id"] = lc.id  # read back as given (None when it had none)
     msg = Message(id=mid, role=role, name=name, parts=parts,
                   provider_metadata={NS: kept} if kept else {})
     original = json_safe(lc.content)
     if _rebuilt_content(msg) != original:
         kept["content"] = original  # blocks we do not model: keep them as given
         msg.provider_metadata = {NS: kept}
+    if not storable(msg):
+        if role != "assistant":
+            if _is_empty(lc.content):
+                return None
+            raise InvalidMessage("no content block of this message maps to a part",
+                                 "$.content")
+        msg.parts = [*parts, placeholder(NS)]
     return msg.validate()
 
 
@@ -238,6 +258,7 @@ def to_langchain(messages: Sequence[Message]) -> list[BaseMessage]:
 def _to_lc(msg: Message) -> list[BaseMessage]:
     kept = msg.provider_metadata.get(NS, {})
     extra = {k: kept[k] for k in ("additional_kwargs", "response_metadata") if k in kept}
+    lc_id = kept.get("id", msg.id)
     out: list[BaseMessage] = []
     results = msg.tool_results
     for k, result in enumerate(results):
@@ -248,11 +269,11 @@ def _to_lc(msg: Message) -> list[BaseMessage]:
         out.append(ToolMessage(
             content=content, tool_call_id=result.call_id, name=result.name,
             status="error" if result.is_error else "success", artifact=kept.get("artifact"),
-            id=msg.id if k == 0 else f"{msg.id}-{k}", **extra))
+            id=lc_id if k == 0 or lc_id is None else f"{lc_id}-{k}", **extra))
     if results and all(isinstance(p, ToolResult) for p in msg.parts):
         return out
     content = kept["content"] if "content" in kept else _rebuilt_content(msg)
-    common: dict[str, Any] = {"content": content, "id": msg.id, "name": msg.name, **extra}
+    common: dict[str, Any] = {"content": content, "id": lc_id, "name": msg.name, **extra}
     if kept.get("type") == "chat":
         out.append(ChatMessage(role=msg.role, **common))
     elif msg.role == "user":
@@ -274,7 +295,8 @@ def _to_lc(msg: Message) -> list[BaseMessage]:
 
 
 def _rebuilt_content(msg: Message) -> str | list[Any]:
-    parts = [p for p in msg.parts if not isinstance(p, ToolCall | ToolResult)]
+    parts = [p for p in msg.parts
+             if not isinstance(p, ToolCall | ToolResult) and not is_placeholder(p, NS)]
     if msg.role == "tool" and len(msg.parts) == 1 and isinstance(msg.parts[0], ToolResult):
         result = msg.parts[0]
         return (result.content if isinstance(result.content, str)
@@ -346,12 +368,18 @@ class ChatHistoryMessageHistory(BaseChatMessageHistory):
     ``max_tokens`` (by ``counter``, the store's by default) and/or the newest
     ``last_n`` (widened to whole tool-call groups); system and developer messages
     are kept unless ``keep_system=False``. The session is created on first add.
+
+    ``idempotent_ids`` (default True): a message whose LangChain id is already
+    stored is not stored again, so a retried ``add_messages`` (after a timeout, say)
+    never duplicates the turn. ``False`` stores every message added, as LangChain's
+    ``InMemoryChatMessageHistory`` does. Messages without an id are stored each
+    time they are added either way, and the caller's messages are never changed.
     """
 
     def __init__(self, store: Store | AsyncStoreAdapter, session_id: str, *,
                  tenant: str = DEFAULT_TENANT, max_tokens: int | None = None,
                  last_n: int | None = None, counter: str | TokenCounter | None = None,
-                 keep_system: bool = True) -> None:
+                 keep_system: bool = True, idempotent_ids: bool = True) -> None:
         if max_tokens is not None and max_tokens < 0:
             raise ValueError("max_tokens must be >= 0")
         if last_n is not None and last_n < 0:
@@ -363,6 +391,7 @@ class ChatHistoryMessageHistory(BaseChatMessageHistory):
         self.last_n = last_n
         self.counter = counter
         self.keep_system = keep_system
+        self.idempotent_ids = idempotent_ids
 
     # ------------------------------------------------------------------ reading
 
@@ -391,21 +420,17 @@ class ChatHistoryMessageHistory(BaseChatMessageHistory):
 
     # ------------------------------------------------------------------ writing
 
-    def _to_store(self, messages: Sequence[BaseMessage]) -> list[Message]:
-        pairs = _convert(messages)
-        for lc, msg in pairs:
-            if lc.id is None:
-                lc.id = msg.id  # adding this object again then stores nothing
-        return [msg for _, msg in pairs]
-
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Append in one atomic write; messages already stored (same id) are skipped."""
-        append_creating(self.store, self.session_id, self._to_store(messages),
+        """Append in one atomic write; with ``idempotent_ids``, messages whose id is
+        already stored are skipped."""
+        append_creating(self.store, self.session_id,
+                        from_langchain(messages, idempotent_ids=self.idempotent_ids),
                         tenant=self.tenant)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """``add_messages`` without blocking the event loop."""
-        await aappend_creating(self.async_store, self.session_id, self._to_store(messages),
+        await aappend_creating(self.async_store, self.session_id,
+                               from_langchain(messages, idempotent_ids=self.idempotent_ids),
                                tenant=self.tenant)
 
     def clear(self) -> None:
