@@ -139,3 +139,40 @@ def describe(messages: Sequence[Message]) -> list[Any]:
                  for p in m.parts]
         out.append((m.role, *kinds))
     return out
+
+
+# What 0.1.0 stored wrongly: written here with the fixed code, then the flags that the
+# old batch append set are put back by hand (SQLite has a real file of 0.1.0 instead).
+OLD_RELEASE_WRONG_FLAGS = {"batch": [3], "fork": [4]}
+"""Positions whose group-start flag 0.1.0 stored set in ``write_old_release_scenario``."""
+
+
+def write_old_release_scenario(store: Any) -> None:
+    """The sessions of ``tests/golden/sqlite_0_1_0.db``: parallel calls one per message
+    answered in the same batch, the same one message at a time, and a fork inside the
+    call group answering the inherited calls in one batch."""
+    msgs = [Message.user("q"), Message(role="assistant", parts=[Reasoning(text="think")]),
+            Message(role="assistant", parts=[ToolCall(id="c1", name="a", arguments={})]),
+            Message(role="assistant", parts=[ToolCall(id="c2", name="b", arguments={})]),
+            Message.tool_result("c1", "r1"), Message.tool_result("c2", "r2"),
+            Message.assistant("done")]
+    store.append(store.create_session("batch").id, msgs)
+    one = store.create_session("one-by-one")
+    for m in msgs:
+        store.append(one.id, [m])
+    store.append(store.create_session("parent").id, msgs[:4])
+    fork = store.fork("parent", msgs[3].id, new_session_id="fork")
+    store.append(fork.id, [
+        Message(role="assistant", parts=[ToolCall(id="c3", name="c", arguments={})]),
+        Message.tool_result("c2", "r2"), Message.tool_result("c1", "r1"),
+        Message.tool_result("c3", "r3"), Message.assistant("fork done")])
+
+
+def check_old_release_scenario(store: Any) -> None:
+    """Every read of the scenario's sessions equals History's selector."""
+    for sid in ("batch", "one-by-one", "fork", "parent"):
+        msgs = store.range(sid)
+        history = History(msgs)
+        for k in range(len(msgs) + 1):
+            assert [m.id for m in store.tail(sid, k)] == [m.id for m in history.recent(k)], \
+                (sid, k)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+import pair_shapes
 import pytest
 import test_conformance as conformance
 
@@ -591,5 +592,25 @@ def test_calls_through_the_bridge_share_one_loop_and_leave_no_socket_watched() -
         for sid, window in zip(sessions, windows, strict=True):
             assert window == store.window_json(sid, 200)
             assert window.count(b'"role":"user"') > 0
+    finally:
+        store.close()
+
+
+def test_m003_mends_group_flags_written_by_0_1_0(conn: Any) -> None:
+    """A schema holding the group flags that 0.1.0's batch append stored (a group start
+    between parallel calls answered in the same batch) is mended by m003."""
+    schema = _schema()
+    store = _store(schema=schema, drop_schema_on_close=True)
+    try:
+        pair_shapes.write_old_release_scenario(store)
+        with psycopg.connect(PG_URL, autocommit=True) as c:
+            for sid, seqs in pair_shapes.OLD_RELEASE_WRONG_FLAGS.items():
+                c.execute(f'UPDATE "{schema}".messages SET cut_ok = true WHERE '
+                          "session_id = %s AND seq = ANY(%s)", (sid, seqs))
+            c.execute(f'DELETE FROM "{schema}".migrations WHERE name = %s', ("m003_regroup",))
+            with pytest.raises(AssertionError):  # the old flags split the call group
+                pair_shapes.check_old_release_scenario(store)
+            assert migrate(c, schema) == ["m003_regroup"]
+        pair_shapes.check_old_release_scenario(store)
     finally:
         store.close()

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pair_shapes
 import pytest
 import test_conformance as conformance  # the suite's functions, rerun here on a cluster
 
@@ -476,3 +477,28 @@ def test_acknowledged_appends_survive_kill_9(tmp_path: Path, persistence: str) -
     finally:
         cli(port, "shutdown", "nosave")
         proc.wait(timeout=30)
+
+
+def _m003_mends(store: RedisStore) -> None:
+    pair_shapes.write_old_release_scenario(store)
+    for sid, seqs in pair_shapes.OLD_RELEASE_WRONG_FLAGS.items():  # as 0.1.0 stored them
+        rows = store._keys("default", sid).rows
+        for seq in seqs:
+            value = store._r.hget(rows, str(seq))
+            store._r.hset(rows, str(seq), value[:1] + b"1" + value[2:])
+    store._r.srem(f"{store.prefix}:migrations", "m003_regroup")
+    with pytest.raises(AssertionError):  # the old flags split the call group
+        pair_shapes.check_old_release_scenario(store)
+    store._migrate()  # what opening the store does
+    pair_shapes.check_old_release_scenario(store)
+    assert store._r.sismember(f"{store.prefix}:migrations", "m003_regroup")
+
+
+def test_m003_mends_group_flags_written_by_0_1_0(redis_store: RedisStore) -> None:
+    """Rows holding the group flags that 0.1.0's batch append stored (a group start
+    between parallel calls answered in the same batch) are mended by m003."""
+    _m003_mends(redis_store)
+
+
+def test_cluster_m003_mends_group_flags_written_by_0_1_0(store: RedisStore) -> None:
+    _m003_mends(store)

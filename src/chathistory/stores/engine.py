@@ -940,3 +940,35 @@ def closed_spans(own_from: int, rows: Iterable[tuple[int, bytes]],
                         spans.append((lo, seq))
                     break
     return spans
+
+
+def regroup_spans(sessions: Mapping[tuple[str, str], Session],
+                  rows_of: Callable[[tuple[str, str]], list[tuple[int, bytes]]],
+                  calls_of: Callable[[tuple[str, str]], dict[str, int]]
+                  ) -> Iterator[tuple[tuple[str, str], int, int]]:
+    """``(session key, lo, hi)``: every own position range ``[lo, hi]`` whose group-start
+    flag must be clear, over all ``sessions`` (``(tenant, id)`` -> session). A store's
+    schema step supplies the reads: ``rows_of`` a session's own rows that carry a tool
+    result, ``calls_of`` its calls. Forks look their calls up through their ancestors."""
+    cache: dict[tuple[str, str], dict[str, int]] = {}
+
+    def calls(key: tuple[str, str]) -> dict[str, int]:
+        if key not in cache:
+            cache[key] = calls_of(key)
+        return cache[key]
+
+    for key, session in sessions.items():
+        rows = rows_of(key)
+        if not rows:
+            continue
+        chain = [(calls(key), session.message_count)]
+        current, end = session, session.fork_seq
+        while current.parent_id is not None and (key[0], current.parent_id) in sessions:
+            parent_key = (key[0], current.parent_id)
+            chain.append((calls(parent_key), end))
+            current = sessions[parent_key]
+            if current.parent_id is not None:
+                end = min(end, current.fork_seq)
+        own_from = session.fork_seq if session.parent_id is not None else 0
+        for lo, hi in closed_spans(own_from, rows, chain):
+            yield key, lo, hi

@@ -44,7 +44,7 @@ import msgspec
 from ..errors import ChatHistoryError, Conflict, InvalidMessage, MissingDependency
 from ..tokens import TokenCounter
 from .base import AppendTxn, BaseStore
-from .engine import like_pattern, recent_key
+from .engine import like_pattern, recent_key, regroup_spans
 from .model import Row, Session, make_row
 
 try:
@@ -289,9 +289,33 @@ def _m002_updated_at(conn: psycopg.Connection[Any], schema: str, partitions: int
                  "(tenant, updated_iso, session_id)")
 
 
+def _m003_regroup(conn: psycopg.Connection[Any], schema: str, partitions: int | None
+                  ) -> None:
+    """Clear the group-start flags that a batch append of earlier releases left set
+    (a result joined the batch's earlier messages to its call only in memory)."""
+    s = _quote(schema)
+    sessions = {(tenant, sid): _session_decoder.decode(payload) for tenant, sid, payload
+                in conn.execute(f"SELECT tenant, session_id, payload::text FROM {s}.sessions")}
+
+    def rows_of(key: tuple[str, str]) -> list[tuple[int, bytes]]:
+        return [(seq, bytes(data)) for seq, data in conn.execute(
+            f"SELECT seq, data FROM {s}.messages WHERE tenant = %s AND session_id = %s "
+            "AND position('\"tool_result\"'::bytea IN data) > 0 ORDER BY seq", key)]
+
+    def calls_of(key: tuple[str, str]) -> dict[str, int]:
+        return {call_id: seq for call_id, seq in conn.execute(
+            f"SELECT call_id, seq FROM {s}.calls WHERE tenant = %s AND session_id = %s", key)}
+
+    for key, lo, hi in regroup_spans(sessions, rows_of, calls_of):
+        conn.execute(f"UPDATE {s}.messages SET cut_ok = false WHERE tenant = %s AND "
+                     "session_id = %s AND seq >= %s AND seq <= %s AND cut_ok", (*key, lo, hi))
+
+
 MIGRATIONS: list[tuple[str, Callable[[psycopg.Connection[Any], str, int | None], None]]] = [
     ("m001_initial", _m001_initial),
     ("m002_updated_at", _m002_updated_at),
+    # parallel calls stored as consecutive messages in one batch are one group
+    ("m003_regroup", _m003_regroup),
 ]
 """Named steps, applied in order, each in one transaction with its record."""
 

@@ -68,7 +68,7 @@ import msgspec
 from ..errors import Conflict, MissingDependency
 from ..tokens import TokenCounter
 from .base import BaseStore
-from .engine import recent_key
+from .engine import recent_key, regroup_spans
 from .model import Row, Session
 
 __all__ = ["RedisStore"]
@@ -191,6 +191,20 @@ if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'v', ARGV[2], 'j', ARGV[3])
 return 1
 """
+
+# KEYS: rows.  ARGV: lo hi (inclusive): clear the group-start byte of those rows
+_CLEAR_CUTS = """
+for seq = tonumber(ARGV[1]), tonumber(ARGV[2]) do
+  local row = redis.call('HGET', KEYS[1], tostring(seq))
+  if row then redis.call('HSET', KEYS[1], tostring(seq), string.sub(row, 1, 1) .. '0' ..
+                         string.sub(row, 3)) end
+end
+return 1
+"""
+
+MIGRATIONS = ("m003_regroup",)
+"""Named data steps, recorded in the ``P:migrations`` set once applied (Redis has no
+schema; m001 and m002 were the SQL stores' own)."""
 
 # KEYS: rows over.  ARGV: status n seq*n override*
 _SET_STATUS = """
@@ -394,6 +408,40 @@ class RedisStore(BaseStore):
         self._status_script = self._r.register_script(_SET_STATUS)
         self._gc_script = self._r.register_script(_GC)
         self._fix_expiry_script = self._r.register_script(_FIX_EXPIRY)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Apply the data steps this prefix lacks. Safe to run from several processes at
+        once: a step only clears flags that must be clear."""
+        done_key = f"{self.prefix}:migrations"
+        done = {_s(m) for m in self._r.smembers(done_key)}
+        if "m003_regroup" not in done:
+            self._regroup()
+            self._r.sadd(done_key, "m003_regroup")
+
+    def _regroup(self) -> None:
+        """Clear the group-start flags that a batch append of earlier releases left set
+        (a result joined the batch's earlier messages to its call only in memory)."""
+        clear = self._r.register_script(_CLEAR_CUTS)
+        for raw in self._r.smembers(f"{self.prefix}:tenants"):
+            tenant = _s(raw)
+            sids = [_s(m).partition("\x00")[2] for m in
+                    self._r.zrange(self._list_key(tenant, None), 0, -1)]
+            sessions = {(tenant, found[2].id): found[2]
+                        for found in self._load(tenant, sids) if found is not None}
+
+            def rows_of(key: tuple[str, str]) -> list[tuple[int, bytes]]:
+                rows = self._r.hgetall(self._keys(*key).rows)
+                out = [(int(seq), _unpack(int(seq), value).data) for seq, value in rows.items()
+                       if b'"tool_result"' in value]
+                return sorted(out)
+
+            def calls_of(key: tuple[str, str]) -> dict[str, int]:
+                return {_s(c): int(seq) for c, seq in
+                        self._r.zrange(self._keys(*key).calls, 0, -1, withscores=True)}
+
+            for key, lo, hi in regroup_spans(sessions, rows_of, calls_of):
+                clear(keys=[self._keys(*key).rows], args=[lo, hi])
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisStore:

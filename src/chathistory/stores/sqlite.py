@@ -45,7 +45,7 @@ import msgspec
 from ..errors import Conflict
 from ..tokens import TokenCounter
 from .base import BaseStore
-from .engine import closed_spans, like_pattern, recent_key
+from .engine import like_pattern, recent_key, regroup_spans
 from .model import Row, Session, make_row, utcnow
 
 __all__ = ["MIGRATIONS", "SQLiteStore"]
@@ -74,31 +74,19 @@ def _regroup(conn: sqlite3.Connection) -> None:
     (a result joined the batch's earlier messages to its call only in memory)."""
     sessions = {(tenant, sid): _session_decoder.decode(payload) for tenant, sid, payload
                 in conn.execute("SELECT tenant, id, payload FROM sessions")}
-    calls: dict[tuple[str, str], dict[str, int]] = {}
+
+    def rows_of(key: tuple[str, str]) -> list[tuple[int, bytes]]:
+        return [(seq, bytes(data)) for seq, data in conn.execute(
+            "SELECT seq, data FROM messages WHERE tenant = ? AND session_id = ? "
+            "AND instr(data, ?) > 0 ORDER BY seq", (*key, b'"tool_result"'))]
 
     def calls_of(key: tuple[str, str]) -> dict[str, int]:
-        if key not in calls:
-            calls[key] = dict(conn.execute("SELECT call_id, seq FROM calls WHERE tenant = ? "
-                                           "AND session_id = ?", key).fetchall())
-        return calls[key]
+        return dict(conn.execute("SELECT call_id, seq FROM calls WHERE tenant = ? "
+                                 "AND session_id = ?", key).fetchall())
 
-    for key, session in sessions.items():
-        rows = conn.execute("SELECT seq, data FROM messages WHERE tenant = ? AND "
-                            "session_id = ? AND instr(data, ?) > 0 ORDER BY seq",
-                            (*key, b'"tool_result"')).fetchall()
-        if not rows:
-            continue
-        chain = [(calls_of(key), session.message_count)]
-        current, end = session, session.fork_seq
-        while current.parent_id is not None and (key[0], current.parent_id) in sessions:
-            parent_key = (key[0], current.parent_id)
-            chain.append((calls_of(parent_key), end))
-            current = sessions[parent_key]
-            end = min(end, current.fork_seq) if current.parent_id is not None else end
-        own_from = session.fork_seq if session.parent_id is not None else 0
-        for lo, hi in closed_spans(own_from, [(seq, bytes(data)) for seq, data in rows], chain):
-            conn.execute("UPDATE messages SET cut_ok = 0 WHERE tenant = ? AND session_id = ? "
-                         "AND seq >= ? AND seq <= ? AND cut_ok", (*key, lo, hi))
+    for key, lo, hi in regroup_spans(sessions, rows_of, calls_of):
+        conn.execute("UPDATE messages SET cut_ok = 0 WHERE tenant = ? AND session_id = ? "
+                     "AND seq >= ? AND seq <= ? AND cut_ok", (*key, lo, hi))
 
 
 MIGRATIONS: list[tuple[str, tuple[str | Callable[[sqlite3.Connection], None], ...]]] = [
