@@ -209,17 +209,20 @@ def test_tool_calls_are_stored_with_their_results(store: BaseStore) -> None:
     asyncio.run(go())
 
 
-def test_message_ids_are_kept_and_given(store: BaseStore) -> None:
+def test_message_ids_are_kept_and_the_callers_messages_left_alone(store: BaseStore) -> None:
     async def go() -> None:
         reply = [AFMessage("assistant", ["hello"], message_id="msg-42")]
         client = ScriptedClient(reply)
-        agent = Agent(client, context_providers=[ChatHistoryAgentProvider(store)])
+        provider = ChatHistoryAgentProvider(store)
+        agent = Agent(client, context_providers=[provider])
         session = agent.create_session()
         question = AFMessage("user", ["hi"])
         await agent.run(question, session=session)
         stored = store.range(session.session_id)
         assert stored[1].id == "msg-42"
-        assert question.message_id == stored[0].id  # set on the framework's message too
+        assert question.message_id is None and stored[0].id  # a UUID of ours, not set on it
+        got = await provider.get_messages(session.session_id)
+        assert [m.message_id for m in got] == [None, "msg-42"]  # read back as given
 
     asyncio.run(go())
 
@@ -265,6 +268,8 @@ def test_conversion_round_trip(png_bytes: bytes) -> None:
     assert [m.to_dict() for m in back] == [m.to_dict() for m in original]
 
 
-def test_a_message_with_nothing_to_store_is_left_out() -> None:
+def test_a_message_with_nothing_of_ours() -> None:
     usage_only = AFMessage("assistant", [Content.from_usage(usage_details={})])
-    assert from_agent_framework([usage_only]) == []
+    [kept] = from_agent_framework([usage_only])  # an assistant one: kept with a placeholder
+    assert [m.to_dict() for m in to_agent_framework([kept])] == [usage_only.to_dict()]
+    assert from_agent_framework([AFMessage("user", [""])]) == []  # any other: left out

@@ -21,11 +21,23 @@ Mapping of ``Message`` contents: ``text`` (annotations kept), ``text_reasoning``
 (``protected_data`` is the reasoning's opaque data), ``data`` / ``uri`` media
 (data URIs become attachments), ``function_call`` (``call_id``; a string
 ``arguments`` is kept as given) and ``function_result`` (``exception`` set is
-``is_error``; the exception text itself is not stored). Other contents (usage,
-approvals, hosted tools) are kept as the framework serializes them and put back
-in place; a message made only of those has nothing to store and is left out.
-``message_id`` is our id (a message without one gets a UUID, set on it too);
+``is_error``). Every field of a content these parts do not carry (the content's
+own ``id``, ``status``, ``exception``, ``additional_properties``, ``name``, ...)
+is kept beside the part and put back. Other contents (usage, approvals, hosted
+tools) are kept as the framework serializes them and put back in place. An
+assistant message with no content of ours (no contents, an empty text, only
+usage) is stored with a placeholder part that no provider format sends
+(``_common.placeholder``); any other such message has nothing to store and is
+left out. ``message_id`` is our id (a message without one gets a UUID and reads
+back with none, as given; the caller's messages are never changed);
 ``author_name`` is ``Message.name``; JSON-safe ``additional_properties`` are kept.
+
+Parity with the framework's ``InMemoryHistoryProvider`` (tested on every store
+backend, saved in one batch or one at a time, and through agent runs): what
+``get_messages`` returns is ``to_dict()``-equal to what it returns after its
+session's JSON round trip, with two differences: non-assistant messages with
+no content are left out, and a message whose ``message_id`` is already stored
+is not stored again (the framework drops only a repeated tail).
 """
 
 from __future__ import annotations
@@ -34,6 +46,8 @@ import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
+
+import msgspec
 
 from ..errors import Conflict, InvalidMessage, MissingDependency, NotFound
 from ..model import (
@@ -57,7 +71,18 @@ from ..stores.aio import AsyncStoreAdapter
 from ..stores.base import Store
 from ..stores.model import DEFAULT_TENANT
 from ..stores.model import Session as StoreSession
-from ._common import append_creating, data_url, ids_for, json_safe, media_part, or_empty, resolved
+from ._common import (
+    append_creating,
+    data_url,
+    ids_for,
+    is_placeholder,
+    json_safe,
+    media_part,
+    or_empty,
+    placeholder,
+    resolved,
+    storable,
+)
 
 try:
     from agent_framework import AgentSession, Content, HistoryProvider, SessionContext
@@ -77,35 +102,59 @@ _PENDING = "_pending"
 def from_agent_framework(messages: Sequence[AFMessage], *, assign_ids: bool = False
                          ) -> list[Message]:
     """Our messages for Agent Framework messages (ones with nothing to store left out).
-    ``assign_ids`` sets the new UUID on messages that had no ``message_id``."""
+    ``assign_ids`` sets the new UUID on messages that had no ``message_id`` (by
+    default the caller's messages are left as they are)."""
     out: list[Message] = []
     for i, (af, mid) in enumerate(zip(messages, ids_for(m.message_id for m in messages),
                                       strict=True)):
         parts: list[Part] = []
         kept: list[list[Any]] = []
         for k, content in enumerate(af.contents):
-            part = _part(content, f"$[{i}].contents[{k}]")
+            path = f"$[{i}].contents[{k}]"
+            part = _part(content, path)
             if part is None:
                 kept.append([k, content.to_dict()])
             else:
-                parts.append(part)
-        if not parts:
-            continue
+                parts.append(_with_fields(part, content, path))
         meta: dict[str, Any] = {}
         if kept:
             meta["contents"] = json_safe(kept)
         props = json_safe(dict(af.additional_properties))
         if props:
             meta["additional_properties"] = props
-        if assign_ids and af.message_id is None:
-            af.message_id = mid
+        if af.message_id != mid and not (assign_ids and af.message_id is None):
+            meta["message_id"] = af.message_id  # read back as given (None when it had none)
         msg = Message(id=mid, role=str(af.role), name=af.author_name or None, parts=parts,
                       provider_metadata={NS: meta} if meta else {})
         try:
+            if not storable(msg):
+                if msg.role != "assistant":
+                    continue  # nothing to store: provider formats refuse a placeholder here
+                msg.parts = [*parts, placeholder(NS)]
             out.append(msg.validate())
         except InvalidMessage as exc:
             raise exc.under(f"$[{i}]") from None
+        if assign_ids and af.message_id is None:
+            af.message_id = mid
     return out
+
+
+def _with_fields(part: Part, content: Content, path: str) -> Part:
+    """``part`` carrying the content's fields it does not rebuild (``id``, ``status``,
+    ``additional_properties``, ...), so that the content comes back equal."""
+    given = json_safe(content.to_dict()) or {}
+    rebuilt = _content(part, path)
+    plain = rebuilt.to_dict() if rebuilt is not None else {}
+    fields = {k: v for k, v in given.items() if k not in plain or plain[k] != v}
+    drop = [k for k in plain if k not in given]
+    if not fields and not drop:
+        return part
+    meta = dict(part.provider_metadata.get(NS, {}))
+    if fields:
+        meta["fields"] = fields
+    if drop:
+        meta["drop"] = drop
+    return msgspec.structs.replace(part, provider_metadata={**part.provider_metadata, NS: meta})
 
 
 def _part(content: Content, path: str) -> Part | None:
@@ -162,12 +211,24 @@ def to_agent_framework(messages: Sequence[Message]) -> list[AFMessage]:
         for j, part in enumerate(msg.parts):
             content = _content(part, f"$[{i}].parts[{j}]")
             if content is not None:
-                contents.append(content)
+                contents.append(_fielded(content, part))
         for index, raw in meta.get("contents", []):
             contents.insert(index, Content.from_dict(raw))
-        out.append(AFMessage(msg.role, contents, author_name=msg.name, message_id=msg.id,
+        out.append(AFMessage(msg.role, contents, author_name=msg.name,
+                             message_id=meta.get("message_id", msg.id),
                              additional_properties=dict(meta.get("additional_properties", {}))))
     return out
+
+
+def _fielded(content: Content, part: Part) -> Content:
+    meta = part.provider_metadata.get(NS, {})
+    if "fields" not in meta and "drop" not in meta:
+        return content
+    data = content.to_dict()
+    data.update(meta.get("fields", {}))
+    for key in meta.get("drop", []):
+        data.pop(key, None)
+    return Content.from_dict(data)
 
 
 def _content(part: Part, path: str) -> Content | None:
@@ -176,6 +237,8 @@ def _content(part: Part, path: str) -> Content | None:
         case TextPart():
             return Content.from_text(part.text, annotations=meta.get("annotations"))
         case Reasoning():
+            if is_placeholder(part, NS):
+                return None
             return Content.from_text_reasoning(id=meta.get("id"), text=part.text or None,
                                                protected_data=part.data)
         case ImagePart() | AudioPart() | FilePart():
@@ -282,8 +345,8 @@ class ChatHistoryAgentProvider(HistoryProvider):
             if self.store_inputs:
                 request.extend(context.input_messages)
             outputs = list(response.messages) if self.store_outputs else []
-            await self.history.aafter_run(ours, from_agent_framework(request, assign_ids=True),
-                                          from_agent_framework(outputs, assign_ids=True))
+            await self.history.aafter_run(ours, from_agent_framework(request),
+                                          from_agent_framework(outputs))
         self._keep(ours, state)
 
     # ------------------------------------------------------------------ direct access
@@ -307,7 +370,7 @@ class ChatHistoryAgentProvider(HistoryProvider):
     async def save_messages(self, session_id: str | None, messages: Sequence[AFMessage], *,
                             state: dict[str, Any] | None = None, **kwargs: Any) -> None:
         """Store messages (idempotent by id), outside a run."""
-        ours = from_agent_framework(messages, assign_ids=True)
+        ours = from_agent_framework(messages)
         if self.store is None:
             if state is None:
                 return
