@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+import pydantic
 from hypothesis import strategies as st
 
 from chathistory import History, Message, Reasoning, TextPart, ToolCall, ToolResult
@@ -176,3 +177,38 @@ def check_old_release_scenario(store: Any) -> None:
         for k in range(len(msgs) + 1):
             assert [m.id for m in store.tail(sid, k)] == [m.id for m in history.recent(k)], \
                 (sid, k)
+
+
+_ADAPTERS: dict[str, pydantic.TypeAdapter[Any]] = {}
+
+
+def check_provider_requests(selection: Sequence[Message]) -> None:
+    """The selection encodes to requests that the OpenAI and Anthropic SDKs' request
+    types accept, and whose tool results each answer a call earlier in the request
+    (what the APIs check and answer with a 400 otherwise)."""
+    from anthropic.types import MessageParam
+    from openai.types.chat import ChatCompletionMessageParam
+
+    from chathistory.formats import to_anthropic, to_openai_chat
+
+    if not _ADAPTERS:
+        _ADAPTERS["openai"] = pydantic.TypeAdapter(list[ChatCompletionMessageParam])
+        _ADAPTERS["anthropic"] = pydantic.TypeAdapter(list[MessageParam])
+    chat = to_openai_chat(selection)
+    _ADAPTERS["openai"].validate_python(chat, strict=True)
+    called: set[str] = set()
+    for turn in chat:
+        called.update(c["id"] for c in turn.get("tool_calls") or ())
+        if turn["role"] == "tool":
+            assert turn["tool_call_id"] in called, ("openai", turn["tool_call_id"])
+    if not selection or all(m.role in ("system", "developer") for m in selection):
+        return
+    request = to_anthropic(selection)
+    _ADAPTERS["anthropic"].validate_python(request["messages"], strict=True)
+    used: set[str] = set()
+    for turn in request["messages"]:
+        for block in turn["content"] if isinstance(turn["content"], list) else ():
+            if block["type"] == "tool_use":
+                used.add(block["id"])
+            elif block["type"] == "tool_result":
+                assert block["tool_use_id"] in used, ("anthropic", block["tool_use_id"])
