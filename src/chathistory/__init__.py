@@ -4,7 +4,14 @@ Keep the messages of a conversation, and build for every turn the part of it
 that goes to the model: by count or token budget, pair-safe, cache-friendly.
 """
 
-from .errors import ChatHistoryError, Conflict, InvalidMessage, MissingDependency, NotFound
+from .errors import (
+    ChatHistoryError,
+    Conflict,
+    DuplicateMessage,
+    InvalidMessage,
+    MissingDependency,
+    NotFound,
+)
 from .history import History
 from .model import (
     Attachment,
@@ -20,7 +27,7 @@ from .model import (
     ToolCall,
     ToolResult,
 )
-from .provider import HistoryProvider, ProviderConflict
+from .provider import HistoryProvider, ProviderConflict, ProviderSessionState
 from .stores import Session, Store, open_store
 from .stores.aio import AsyncStore, open_async_store
 from .tokens import TokenCounter, get_counter
@@ -35,6 +42,7 @@ __all__ = [
     "ChatHistoryError",
     "Conflict",
     "ContextWindow",
+    "DuplicateMessage",
     "FilePart",
     "History",
     "HistoryProvider",
@@ -46,6 +54,7 @@ __all__ = [
     "NotFound",
     "Part",
     "ProviderConflict",
+    "ProviderSessionState",
     "Reasoning",
     "Role",
     "Session",

@@ -17,17 +17,25 @@ Edges peers get wrong, and how they are handled here:
   ``InvalidMessage`` naming the id, before anything is stored;
 - only one provider of a pipeline may load history: a second loading provider
   sees stamped messages in its input and raises ``ProviderConflict``.
+
+A custom backend is a subclass that overrides ``provide_chat_history(session)``
+and ``store_chat_history(session, messages)`` (Agent Framework's
+``ChatHistoryProvider`` shape): the turn then reads and writes through them, with
+every rule above, and ``session.state`` holds only the bookkeeping.
+``ProviderSessionState`` keeps a provider's own typed state in the session.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import copy
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from .errors import ChatHistoryError, InvalidMessage
+from .errors import ChatHistoryError, Conflict, InvalidMessage, NotFound
 from .groups import Groups
 from .model import KVStatus, Message
 from .model.codec import message_from_builtins
@@ -38,17 +46,55 @@ from .stores.base import Store
 from .stores.model import DEFAULT_TENANT, Session
 from .window import ContextWindow
 
-__all__ = ["SOURCE_KEY", "HistoryProvider", "ProviderConflict"]
+__all__ = ["SOURCE_KEY", "HistoryProvider", "ProviderConflict", "ProviderSessionState"]
 
 SOURCE_KEY = "chathistory.source"
 """Message metadata key stamped on every message a provider loaded from history."""
 
 Policy = ContextWindow | Reducer | Sequence[Reducer] | int | None
 MessageFilter = Callable[[Message], bool]
+StateT = TypeVar("StateT")
 
 
 class ProviderConflict(ChatHistoryError):
     """Two providers of one pipeline both load history."""
+
+
+class ProviderSessionState(Generic[StateT]):
+    """A provider's own state in ``session.state[state_key]``, made by ``initializer``
+    on first use (Agent Framework's ``ProviderSessionState``).
+
+    ``session.state`` is JSON (stores keep it with the session, ``Session.to_dict``
+    carries it), so the state is saved as JSON builtins (a ``msgspec.Struct`` or a
+    dataclass converted) and read back as ``state_type`` when one is given, else as
+    the builtins. Reads are copies: a change counts once passed to ``save_state``.
+    Without a session (None) nothing is read or saved.
+    """
+
+    def __init__(self, initializer: Callable[[Session | None], StateT], state_key: str, *,
+                 state_type: type[StateT] | None = None) -> None:
+        if not state_key:
+            raise ValueError("state_key must be a non-empty string")
+        self.initializer = initializer
+        self.state_key = state_key
+        self.state_type = state_type
+
+    def get_or_initialize_state(self, session: Session | None) -> StateT:
+        """The saved state, or a new one from ``initializer`` (saved at once)."""
+        if session is not None and session.state.get(self.state_key) is not None:
+            raw = session.state[self.state_key]
+            if self.state_type is None:
+                found: StateT = copy.deepcopy(raw)
+                return found
+            return msgspec.convert(raw, self.state_type)
+        state = self.initializer(session)
+        self.save_state(session, state)
+        return state
+
+    def save_state(self, session: Session | None, state: StateT) -> None:
+        """Save ``state`` in the session (in the store with the provider's next write)."""
+        if session is not None:
+            session.state = {**session.state, self.state_key: msgspec.to_builtins(state)}
 
 
 def stamp(message: Message, source: str) -> Message:
@@ -104,6 +150,13 @@ class HistoryProvider:
         self.load_filter = load_filter
         self.store_filter = store_filter
         self.validate_tool_results = validate_tool_results
+        base = HistoryProvider
+        overridden = {type(self).provide_chat_history is not base.provide_chat_history,
+                      type(self).store_chat_history is not base.store_chat_history}
+        if len(overridden) == 2:
+            raise TypeError("a custom backend overrides both provide_chat_history and "
+                            "store_chat_history")
+        self.custom_backend = True in overridden
 
     # ------------------------------------------------------------------ sessions
 
@@ -118,6 +171,64 @@ class HistoryProvider:
     def _state(self, session: Session) -> dict[str, Any]:
         state = session.state.get(self.key)
         return dict(state) if isinstance(state, dict) else {}
+
+    def _saved(self, session: Session) -> list[Message]:
+        """The messages kept in the session state (no store)."""
+        return [message_from_builtins(d) for d in self._state(session).get("messages", [])]
+
+    # ------------------------------------------------------------------ the backend
+
+    def provide_chat_history(self, session: Session) -> list[Message]:
+        """The session's history, oldest first, that ``before_run`` selects from.
+
+        Override it together with ``store_chat_history`` to keep the messages
+        anywhere: a custom backend returns every message it stored for the
+        session, in order. This default reads the store, or the session state,
+        leaving out messages the window marked."""
+        if self.store is None:
+            return [m for m in self._saved(session) if m.kv_status == KVStatus.LOADED]
+        try:
+            return self.store.range(session.id, include_marked=False, tenant=self.tenant)
+        except NotFound:
+            return []
+
+    def store_chat_history(self, session: Session, messages: Sequence[Message]) -> None:
+        """Store a turn's ``messages`` after the session's history.
+
+        Override it together with ``provide_chat_history``. It is called once per
+        completed turn with the messages to keep (filtered, checked, never ones
+        loaded from history); it must keep their order. This default appends to
+        the store (creating the session on first use) or to the session state,
+        idempotent by message id."""
+        new = list(messages)
+        if self.store is None:
+            stored = self._saved(session)
+            known = {m.id for m in stored}
+            stored.extend(m for m in new if m.id not in known)
+            state = {**self._state(session), "messages": [msgspec.to_builtins(m) for m in stored]}
+            session.state = {**session.state, self.key: state}
+            return
+        try:
+            self.store.append(session.id, new, tenant=self.tenant,
+                              reject_orphans=self.validate_tool_results)
+        except NotFound:
+            with contextlib.suppress(Conflict):  # another writer created it first
+                self.store.create_session(session.id, tenant=self.tenant)
+            self.store.append(session.id, new, tenant=self.tenant,
+                              reject_orphans=self.validate_tool_results)
+
+    def get_messages(self, session: Session) -> list[Message]:
+        """Every message stored for the session, oldest first (Agent Framework's
+        ``get_messages``): marked ones included (their ``kv_status`` says so);
+        from the custom backend when there is one. [] before the first turn."""
+        if self.custom_backend:
+            return list(self.provide_chat_history(session))
+        if self.store is None:
+            return self._saved(session)
+        try:
+            return self.store.range(session.id, tenant=self.tenant)
+        except NotFound:
+            return []
 
     # ------------------------------------------------------------------ before
 
@@ -140,7 +251,7 @@ class HistoryProvider:
         state = self._state(session)
         loaded = [stamp(m, self.key) for m in self._load(session, state)
                   if self.load_filter is None or self.load_filter(m)]
-        if self.store is None and self.validate_tool_results:
+        if self.store is None and not self.custom_backend and self.validate_tool_results:
             _check_results(loaded, new)
         prompt, pending = self._select(state, loaded, new)
         session.state = {**session.state, self.key: {**state, "_pending": pending}}
@@ -148,6 +259,15 @@ class HistoryProvider:
 
     def _load(self, session: Session, state: dict[str, Any]) -> list[Message]:
         policy = self.policy
+        if self.custom_backend:
+            history = list(self.provide_chat_history(session))
+            if isinstance(policy, int):
+                return _tail(history, policy)
+            if isinstance(policy, ContextWindow) and "live" in state:
+                return _context(history, state.get("head", 0), state["live"])
+            if policy is not None and "live" in state:  # reducers
+                return _with_summary(_context(history, 0, state["live"]), state.get("summary"))
+            return history
         if self.store is None:
             stored = [message_from_builtins(d) for d in state.get("messages", [])]
             live = [m for m in stored if m.kv_status == KVStatus.LOADED]
@@ -217,7 +337,8 @@ class HistoryProvider:
         if error is not None or not complete:
             session.state = {**session.state, self.key: state}
             return None
-        request = list(request_messages)
+        given = list(request_messages)
+        request = given
         if self.load_messages or not self.store_context_messages:
             request = [m for m in request if not from_history(m)]
         else:
@@ -230,6 +351,8 @@ class HistoryProvider:
         if "live" in pending:
             state["live"] = pending["live"] + len(to_store)
         evicted = pending.get("evicted", [])
+        if self.custom_backend:
+            return self._after_custom(session, state, given, to_store)
         if self.store is None:
             return self._after_in_session(session, state, to_store, evicted)
         version = self.store.append(session.id, to_store, tenant=self.tenant,
@@ -259,7 +382,25 @@ class HistoryProvider:
         session.version += 1
         return session.version
 
+    def _after_custom(self, session: Session, state: dict[str, Any], given: list[Message],
+                      to_store: list[Message]) -> int:
+        # Evicted messages are not marked: the state's head/live counts leave them out.
+        if self.validate_tool_results:
+            try:  # the calls sent with the turn, loaded history included, usually suffice
+                _check_results(given, to_store)
+            except InvalidMessage:
+                _check_results(self.provide_chat_history(session), to_store)
+        if to_store:
+            self.store_chat_history(session, to_store)
+        session.state = {**session.state, self.key: state}
+        session.version += 1
+        return session.version
+
     # ------------------------------------------------------------------ async twins
+
+    async def aget_messages(self, session: Session) -> list[Message]:
+        """``get_messages`` without blocking the event loop."""
+        return await asyncio.to_thread(self.get_messages, session)
 
     async def abefore_run(self, session: Session, new_messages: Iterable[Message]
                           ) -> list[Message]:
@@ -281,6 +422,20 @@ def _tail(messages: list[Message], n: int) -> list[Message]:
     groups = Groups.of(messages)
     start, end = groups.widen(max(0, len(messages) - n), len(messages))
     return [messages[i] for i in groups.sendable(start, end)]
+
+
+def _context(messages: list[Message], head: int, tail: int) -> list[Message]:
+    """``Store.context`` over a list: the first ``head`` messages, the system and
+    developer ones, and the newest ``tail``, widened to whole groups; orphans left out."""
+    n = len(messages)
+    groups = Groups.of(messages)
+    chosen = {i for i, m in enumerate(messages) if m.role in KEPT_ROLES}
+    if head > 0:
+        chosen.update(range(groups.widen(0, min(head, n))[1]))
+    if tail > 0:
+        chosen.update(range(groups.widen(max(0, n - tail), n)[0], n))
+    sendable = set(groups.sendable(0, n))
+    return [messages[i] for i in sorted(chosen) if i in sendable]
 
 
 def _with_summary(messages: list[Message], summary: dict[str, Any] | None) -> list[Message]:

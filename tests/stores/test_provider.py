@@ -1,9 +1,12 @@
-"""HistoryProvider over every store (and over none: state kept in the session)."""
+"""HistoryProvider over every store, over none (state kept in the session) and over
+a custom backend (a subclass overriding provide_chat_history / store_chat_history)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -15,8 +18,10 @@ from chathistory import (
     KVStatus,
     Message,
     ProviderConflict,
+    ProviderSessionState,
     Session,
 )
+from chathistory.model import new_id
 from chathistory.provider import SOURCE_KEY, from_history
 from chathistory.reduce import MessageCountReducer, SummarizationReducer, is_summary
 from chathistory.stores import BaseStore
@@ -26,10 +31,38 @@ APPROX = ApproxCounter()
 ROOT = Path(__file__).parent.parent.parent
 
 
-@pytest.fixture(params=["store", "in-session"])
+class RowsBackend(HistoryProvider):
+    """A custom backend: each conversation's messages as JSON rows in a dict (a
+    stand-in for the application's own database), found by a conversation key the
+    provider keeps in the session with ``ProviderSessionState``."""
+
+    def __init__(self, **options: object) -> None:
+        super().__init__(None, **options)  # type: ignore[arg-type]
+        self.rows: dict[str, list[bytes]] = {}
+        self.calls: list[str] = []
+        self.conversation = ProviderSessionState(lambda session: {"key": new_id()},
+                                                 state_key=f"{self.key}.rows")
+
+    def _key(self, session: Session) -> str:
+        key: str = self.conversation.get_or_initialize_state(session)["key"]
+        return key
+
+    def provide_chat_history(self, session: Session) -> list[Message]:
+        self.calls.append("provide")
+        return [Message.from_json(row) for row in self.rows.get(self._key(session), [])]
+
+    def store_chat_history(self, session: Session, messages: Sequence[Message]) -> None:
+        self.calls.append("store")
+        self.rows.setdefault(self._key(session), []).extend(m.to_json() for m in messages)
+
+
+@pytest.fixture(params=["store", "in-session", "custom"])
 def make(request: pytest.FixtureRequest, store: BaseStore):  # type: ignore[no-untyped-def]
-    """A factory of providers over the parametrized store, or over no store."""
+    """A factory of providers over the parametrized store, over no store, or over a
+    custom backend."""
     def build(**options: object) -> HistoryProvider:
+        if request.param == "custom":
+            return RowsBackend(**options)
         return HistoryProvider(store if request.param == "store" else None, **options)  # type: ignore[arg-type]
     return build
 
@@ -41,9 +74,7 @@ def run_turn(provider: HistoryProvider, session: Session, i: int) -> list[Messag
 
 
 def stored_ids(provider: HistoryProvider, session: Session) -> list[str]:
-    if provider.store is not None:
-        return [m.id for m in provider.store.range(session.id, tenant=provider.tenant)]
-    return [d["id"] for d in session.state[provider.key]["messages"]]
+    return [m.id for m in provider.get_messages(session)]
 
 
 def test_history_is_never_stored_twice(make) -> None:  # type: ignore[no-untyped-def]
@@ -195,3 +226,145 @@ def test_example_agent_loop(tmp_path: Path) -> None:
     assert result["answers"][-1] == "The weather is sunny, 18C."
     assert len(result["answers"]) == 7
     assert result["marked"] > 0 and result["live"] < result["stored"]
+
+
+# ---------------------------------------------------------------- Agent Framework parity
+
+
+def test_get_messages_returns_everything_stored(make) -> None:  # type: ignore[no-untyped-def]
+    provider = make(policy=ContextWindow(60, counter=APPROX, pin_tokens=0))
+    session = provider.new_session()
+    assert provider.get_messages(session) == []
+    for i in range(8):
+        run_turn(provider, session, i)
+    got = provider.get_messages(session)
+    assert [m.text for m in got] == [t for k in range(8) for t in (f"question {k}",
+                                                                   f"answer {k}")]
+    assert not any(from_history(m) for m in got)
+    if not isinstance(provider, RowsBackend):  # evicted messages are marked, not gone
+        assert any(m.kv_status == KVStatus.MARKED for m in got)
+    assert [m.id for m in asyncio.run(provider.aget_messages(session))] == [m.id for m in got]
+
+
+def test_a_custom_backend_serves_the_turn(store: BaseStore) -> None:
+    provider = RowsBackend(load_filter=lambda m: "secret" not in m.text,
+                           store_filter=lambda m: m.role != "developer")
+    session = provider.new_session()
+    for i in range(3):
+        run_turn(provider, session, i)
+    prompt = provider.before_run(session, [Message.developer("dev"), Message.user("next")])
+    provider.after_run(session, prompt, [Message.assistant("secret reply")])
+    assert provider.calls == ["provide", "store"] * 4
+    assert "messages" not in session.state[provider.key]  # only bookkeeping in the state
+    [rows] = provider.rows.values()
+    assert [Message.from_json(r).text for r in rows] == [
+        "question 0", "answer 0", "question 1", "answer 1", "question 2", "answer 2",
+        "next", "secret reply"]  # history never stored twice, store_filter applied
+    prompt = provider.before_run(Session.from_dict(session.to_dict()), [Message.user("last")])
+    assert [m.text for m in prompt][-3:] == ["answer 2", "next", "last"]  # load_filter
+    assert all(from_history(m) for m in prompt[:-1])
+
+
+def test_a_custom_backend_stores_nothing_for_a_failed_or_bad_turn() -> None:
+    provider = RowsBackend()
+    session = provider.new_session()
+    run_turn(provider, session, 0)
+    prompt = provider.before_run(session, [Message.user("fails")])
+    provider.after_run(session, prompt, [Message.assistant("half")], RuntimeError("boom"))
+    prompt = provider.before_run(session, [Message.user("orphan")])
+    with pytest.raises(InvalidMessage, match="'nowhere'"):
+        provider.after_run(session, prompt, [Message.tool_result("nowhere", "x")])
+    assert provider.calls.count("store") == 1
+    assert [m.text for m in provider.get_messages(session)] == ["question 0", "answer 0"]
+
+
+def test_a_custom_backend_checks_results_against_its_whole_history() -> None:
+    provider = RowsBackend(policy=2)  # the call leaves the prompt; its result comes later
+    session = provider.new_session()
+    prompt = provider.before_run(session, [Message.user("go")])
+    provider.after_run(session, prompt, [
+        Message.assistant("", [{"id": "c1", "name": "slow", "arguments": {}}])])
+    for i in range(3):
+        run_turn(provider, session, i)
+    prompt = provider.before_run(session, [Message.user("and the result?")])
+    assert not any(m.tool_calls for m in prompt)
+    provider.after_run(session, prompt, [Message.tool_result("c1", "done at last")])
+    assert provider.get_messages(session)[-1].tool_results[0].call_id == "c1"
+
+
+def test_a_custom_backend_overrides_both_methods() -> None:
+    class OnlyReads(HistoryProvider):
+        def provide_chat_history(self, session: Session) -> list[Message]:
+            return []
+
+    with pytest.raises(TypeError, match="both provide_chat_history and store_chat_history"):
+        OnlyReads()
+
+
+def test_a_custom_backend_may_wrap_the_defaults(store: BaseStore) -> None:
+    class Redacting(HistoryProvider):
+        """Stores through the default (the store), with digits redacted."""
+
+        def provide_chat_history(self, session: Session) -> list[Message]:
+            return super().provide_chat_history(session)
+
+        def store_chat_history(self, session: Session, messages: Sequence[Message]) -> None:
+            super().store_chat_history(session, [
+                Message(id=m.id, role=m.role, parts=[*Message.user(
+                    "".join("#" if c.isdigit() else c for c in m.text)).parts])
+                for m in messages])
+
+    provider = Redacting(store)
+    session = Session(id="wrapped")  # the default creates it in the store on first use
+    run_turn(provider, session, 7)
+    run_turn(provider, session, 8)
+    assert [m.text for m in store.range("wrapped")] == [
+        "question #", "answer #", "question #", "answer #"]
+    assert "messages" not in session.state.get(provider.key, {})
+
+
+@dataclasses.dataclass
+class Cursor:
+    conversation: str
+    turns: int = 0
+
+
+def test_provider_session_state_initializes_once_and_saves() -> None:
+    made: list[Session | None] = []
+
+    def initializer(session: Session | None) -> dict[str, int]:
+        made.append(session)
+        return {"turns": 0}
+
+    state = ProviderSessionState(initializer, state_key="counter")
+    session = Session(id="s")
+    first = state.get_or_initialize_state(session)
+    assert first == {"turns": 0} and session.state["counter"] == {"turns": 0}
+    first["turns"] = 5  # a read is a copy: nothing changes until saved
+    assert state.get_or_initialize_state(session) == {"turns": 0}
+    state.save_state(session, first)
+    assert state.get_or_initialize_state(session) == {"turns": 5}
+    assert made == [session]  # initialized once
+    assert state.get_or_initialize_state(None) == {"turns": 0}  # no session: nothing kept
+    state.save_state(None, {"turns": 9})
+    assert Session.from_dict(session.to_dict()).state["counter"] == {"turns": 5}
+
+
+def test_provider_session_state_of_a_type_is_saved_as_json(store: BaseStore) -> None:
+    cursors = ProviderSessionState(lambda s: Cursor(conversation="c-1"), state_key="cursor",
+                                   state_type=Cursor)
+    provider = HistoryProvider(store)
+    session = provider.new_session()
+    cursor = cursors.get_or_initialize_state(session)
+    cursor.turns += 1
+    cursors.save_state(session, cursor)
+    assert session.state["cursor"] == {"conversation": "c-1", "turns": 1}
+    run_turn(provider, session, 0)  # the provider writes the session's state with the turn
+    kept = store.get_session(session.id).state
+    assert cursors.get_or_initialize_state(Session(id=session.id, state=kept)) == Cursor(
+        conversation="c-1", turns=1)
+
+
+def test_provider_session_state_needs_a_key() -> None:
+    with pytest.raises(ValueError, match="state_key"):
+        ProviderSessionState(lambda s: {}, state_key="")
