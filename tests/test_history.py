@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import MutableSequence
+
+import msgspec
 import pytest
 
-from chathistory import History, InvalidMessage, Message, Reasoning, TextPart, ToolCall, ToolResult
+from chathistory import (
+    DuplicateMessage,
+    History,
+    InvalidMessage,
+    Message,
+    Reasoning,
+    TextPart,
+    ToolCall,
+    ToolResult,
+)
+from chathistory.groups import Groups
 from chathistory.tokens import ApproxCounter, cached_count
 
 APPROX = ApproxCounter()
@@ -208,3 +221,148 @@ def test_prefilled_few_shot() -> None:
     h = History(shots)
     h.add_user("3+3?")
     assert h.recent(3)[:2] == shots
+
+
+# ---------------------------------------------------------------- list edits
+
+
+def agrees_with_fresh(h: History) -> None:
+    """Every index and selector of ``h`` equals a History built from its messages."""
+    fresh = History(list(h), counter=APPROX)
+    for i, m in enumerate(h):
+        assert h.index_of(m.id) == i and h.get(m.id) is m and m.id in h
+    assert h.token_count() == fresh.token_count()
+    for budget in (0, 15, 40, 10_000):
+        for keep in (False, True):
+            assert h.by_tokens(budget, keep_system=keep) == fresh.by_tokens(
+                budget, keep_system=keep)
+    for n in range(len(h) + 2):
+        assert h.recent(n) == fresh.recent(n)
+    assert h.last_user() == fresh.last_user()
+    assert h.last_assistant() == fresh.last_assistant()
+
+
+def test_history_is_a_mutable_sequence() -> None:
+    msgs = chat(8)
+    h = History(msgs, counter=APPROX)
+    h.by_tokens(30)  # running totals exist before the edits
+    assert isinstance(h, MutableSequence)
+    del h[2]
+    assert list(h) == msgs[:2] + msgs[3:] and msgs[2].id not in h
+    agrees_with_fresh(h)
+    h.insert(2, msgs[2])  # a removed id may come back
+    assert list(h) == msgs
+    h.insert(-100, Message.system("first"))  # clamped like list.insert
+    assert h[0].role == "system" and h.index_of(msgs[0].id) == 1
+    agrees_with_fresh(h)
+    edited = msgspec.structs.replace(h[3], parts=[TextPart(text="edited")])
+    h[3] = edited  # a new version of a message keeps its id and place
+    assert h[3] is edited and h.get(edited.id) is edited
+    agrees_with_fresh(h)
+    h[1:3] = [Message.developer("dev"), Message.user("a"), Message.assistant("b")]
+    assert [m.role for m in h][:5] == ["system", "developer", "user", "assistant", "user"]
+    agrees_with_fresh(h)
+    del h[1:4]
+    del h[::3]
+    agrees_with_fresh(h)
+    h[::2] = [Message.user(f"swap {i}") for i in range(len(h[::2]))]
+    agrees_with_fresh(h)
+    h.reverse()
+    agrees_with_fresh(h)
+    h.remove(h[1])
+    h.append(Message.assistant("last"))
+    h += [Message.user("more")]
+    agrees_with_fresh(h)
+    with pytest.raises(ValueError, match="extended slice"):
+        h[::2] = [Message.user("x")] * (len(h[::2]) + 1)
+    with pytest.raises(IndexError):
+        h[len(h)] = Message.user("x")
+    with pytest.raises(ValueError):
+        h.index(Message.user("not here"))
+
+
+def test_putting_in_a_present_id_raises_and_changes_nothing() -> None:
+    msgs = chat(6)
+    h = History(msgs, counter=APPROX)
+    h.by_tokens(10_000)  # counts cached before the snapshot
+    before = (list(h), h.to_json(), h.by_tokens(10_000))
+    twin = Message.user("same id, new text", id=msgs[1].id)
+    attempts = [
+        (lambda: h.insert(0, msgs[4]), "$.id"),
+        (lambda: h.append(twin), "$.id"),
+        (lambda: h.__setitem__(0, twin), "$.id"),  # its id is at position 1
+        (lambda: h.__setitem__(slice(0, 1), [Message.user("new"), msgs[3]]), "$[1].id"),
+        (lambda: h.__setitem__(slice(0, 0), [msgs[5]]), "$[0].id"),
+        (lambda: h.__setitem__(slice(0, 2), [msgs[0], msgs[0]]), "$[1].id"),  # repeated
+        (lambda: h.__setitem__(slice(None, None, 2), [msgs[1], *msgs[2:6:2]]), "$[0].id"),
+    ]
+    for attempt, path in attempts:
+        with pytest.raises(DuplicateMessage) as info:
+            attempt()
+        assert info.value.path == path and info.value.message_id in h
+        assert isinstance(info.value, InvalidMessage)
+        assert (list(h), h.to_json(), h.by_tokens(10_000)) == before
+    # replacing the positions that hold those ids is fine: a swap, an edit
+    h[0:2] = [msgs[1], msgs[0]]
+    h[0] = twin
+    assert [m.id for m in h][:2] == [msgs[1].id, msgs[0].id] and h[0] is twin
+    # add and extend stay retries: a present id is a no-op, not an error
+    assert h.add(msgs[3]) is False and h.extend(msgs) == 0
+
+
+def test_list_edits_validate_with_paths() -> None:
+    h = History(chat(3))
+    bad = Message(role="tool", parts=[ToolResult(call_id="")])
+    with pytest.raises(InvalidMessage) as info:
+        h[1:1] = [Message.user("fine"), bad]
+    assert info.value.path == "$[1].parts[0].call_id" and len(h) == 3
+    with pytest.raises(InvalidMessage) as info:
+        h.insert(0, bad)
+    assert info.value.path == "$.parts[0].call_id"
+    with pytest.raises(InvalidMessage):
+        h[0] = "not a message"  # type: ignore[call-overload]
+    with pytest.raises(TypeError):
+        h[0:1] = Message.user("one message is not an iterable of them")
+
+
+def test_middle_edits_keep_pair_safety() -> None:
+    h = tool_history()
+    call = h[3]
+    del h[3]  # the results lose their call: orphans, never selected
+    assert all(not m.tool_results for m in h.recent(len(h)))
+    assert all(not m.tool_results for m in h.by_tokens(10_000))
+    agrees_with_fresh(h)
+    h.insert(3, call)  # back: the group is whole again
+    assert [m.role for m in h.recent(2)] == ["assistant", "assistant", "tool", "tool",
+                                             "assistant"]
+    agrees_with_fresh(h)
+    h[4:6] = [Message.tool_result("b", "noon"), Message.tool_result("a", "sunny")]
+    assert len(h.recent(2)) == 5  # results in another order: still one group
+    agrees_with_fresh(h)
+
+
+def test_groups_are_rebuilt_once_after_a_middle_edit_and_appends_stay_incremental(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[int] = []
+    of = Groups.of.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[Groups], messages: list[Message]) -> Groups:
+        built.append(len(messages))
+        return of(cls, messages)  # type: ignore[no-any-return]
+
+    h = History(chat(50), counter=APPROX)
+    monkeypatch.setattr(Groups, "of", classmethod(counting))
+    for _ in range(5):
+        h.add_user("q")
+        h.append(Message.assistant("a"))
+        h.by_tokens(100)
+        h.recent(3)
+    assert built == []  # appends keep the groups up to date: no rebuild
+    del h[10]
+    h.insert(5, Message.user("edit"))
+    assert built == []  # edits only mark them stale
+    h.by_tokens(100)
+    h.recent(3)
+    h.add_user("after")
+    h.recent(3)
+    assert built == [60]  # one rebuild, at the first selection after the edits

@@ -10,7 +10,7 @@ slow, obvious version of what the library does fast.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import pairwise
 
 import msgspec
@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from chathistory import (
     Attachment,
+    DuplicateMessage,
     History,
     ImagePart,
     InvalidMessage,
@@ -682,3 +683,165 @@ def test_replace_with_the_history_itself_keeps_it(messages: list[Message]) -> No
     history = History(messages, counter=APPROX)
     history.replace(history)
     assert ids(history) == ids(messages)
+
+
+# ---------------------------------------------------------------- list edits (MutableSequence)
+
+
+EDITS = ["append", "insert", "set_new", "set_edit", "set_slice", "set_step", "del_at",
+         "del_slice", "del_step", "pop", "remove", "reverse", "add", "extend", "iadd",
+         "duplicate", "clear"]
+
+
+def _selectors_agree(history: History, model: list[Message]) -> None:
+    """After any edit: the history holds ``model`` and every index and selector
+    equals the same on a History built fresh from ``model``."""
+    assert ids(history) == ids(model) and len(history) == len(model)
+    assert [id(m) for m in history] == [id(m) for m in model]
+    fresh = History(model, counter=APPROX)
+    for i, m in enumerate(model):
+        assert history.index_of(m.id) == i and history.get(m.id) is m and m in history
+    assert history.token_count(APPROX) == fresh.token_count(APPROX)
+    top = total_tokens(model, APPROX) + 2
+    for budget in sorted({0, 3, top // 3, top // 2, top}):
+        for keep_system in (False, True):
+            assert ids(history.by_tokens(budget, APPROX, keep_system=keep_system)) == ids(
+                fresh.by_tokens(budget, APPROX, keep_system=keep_system)), (budget, keep_system)
+    n = len(model)
+    for count in sorted({0, 1, 2, n // 2, n, n + 1}):
+        assert ids(history.recent(count)) == ids(fresh.recent(count))
+    for from_end, to_end in ((n, 0), (n, n // 2), (max(1, n // 2), 0), (3, 1)):
+        if from_end > to_end:
+            assert ids(history.range(from_end, to_end)) == ids(fresh.range(from_end, to_end))
+    for last in ("last_user", "last_assistant"):
+        mine, theirs = getattr(history, last)(), getattr(fresh, last)()
+        assert (mine and mine.id) == (theirs and theirs.id)
+
+
+@FAST
+@given(conversations(max_steps=16), conversations(max_steps=10),
+       st.lists(st.sampled_from(EDITS), min_size=1, max_size=10), st.data())
+def test_list_edits_agree_with_a_plain_list(messages: list[Message], extra: list[Message],
+                                            edits: list[str], data: st.DataObject) -> None:
+    """Random list operations on a History and on a plain list: after each, the
+    history's id index, system index, groups (pair safety) and running totals give
+    what a History built from the list gives. A present id put in raises
+    ``DuplicateMessage`` and changes nothing."""
+    history = History(messages, counter=APPROX)
+    model = list(messages)
+    history.by_tokens(10, APPROX)  # running totals exist before the edits
+    outside = list(extra)  # messages whose ids are not in the history
+
+    def take() -> Message | None:
+        return outside.pop(data.draw(st.integers(0, len(outside) - 1))) if outside else None
+
+    def position(end: bool = False) -> int:
+        return data.draw(st.integers(-len(model) - 1, len(model) + (1 if end else -1)))
+
+    def left(gone: list[Message]) -> None:
+        ids_now = {m.id for m in model}
+        outside.extend(m for m in gone if m.id not in ids_now)
+
+    for edit in edits:
+        note(f"{edit} on {len(model)} messages")
+        if edit in ("append", "add", "extend", "iadd"):
+            fresh = [m for m in (take(), take()) if m is not None][: 1 if edit in (
+                "append", "add") else 2]
+            if edit == "append" and fresh:
+                history.append(fresh[0])
+            elif edit == "add" and fresh:
+                assert history.add(fresh[0]) is True
+            elif edit == "extend":
+                assert history.extend(fresh + model[:1]) == len(fresh)  # a present id: skipped
+            elif edit == "iadd":
+                history += fresh
+            model.extend(fresh)
+        elif edit == "insert" and (new := take()) is not None:
+            at = position(end=True)
+            history.insert(at, new)
+            model.insert(at, new)
+        elif edit == "set_new" and model and (new := take()) is not None:
+            at = data.draw(st.integers(-len(model), len(model) - 1))
+            gone = model[at]
+            history[at] = new
+            model[at] = new
+            left([gone])
+        elif edit == "set_edit" and model:
+            at = data.draw(st.integers(-len(model), len(model) - 1))
+            role = data.draw(st.sampled_from(["user", "assistant", "system", "developer"]))
+            # a new version of the message: same id, new content (its counts reset)
+            edited = msgspec.structs.replace(model[at], role=role, token_counts=None,
+                                             parts=[TextPart(text=f"edited {edit}")])
+            history[at] = edited
+            model[at] = edited
+        elif edit == "set_slice":
+            start, stop = sorted((position(end=True), position(end=True)))
+            count = data.draw(st.integers(0, 3))
+            batch = [m for m in (take() for _ in range(count)) if m is not None]
+            gone = model[start:stop]
+            history[start:stop] = batch
+            model[start:stop] = batch
+            left(gone)
+        elif edit == "set_step" and model:
+            step = data.draw(st.sampled_from([2, 3, -1, -2]))
+            positions = range(len(model))[::step]
+            batch = [m for m in (take() for _ in positions) if m is not None]
+            if len(batch) == len(positions):
+                gone = model[::step]
+                history[::step] = batch
+                model[::step] = batch
+                left(gone)
+            else:
+                outside.extend(batch)
+        elif edit == "del_at" and model:
+            at = data.draw(st.integers(-len(model), len(model) - 1))
+            gone = [model[at]]
+            del history[at]
+            del model[at]
+            left(gone)
+        elif edit == "del_slice":
+            start, stop = position(end=True), position(end=True)
+            gone = model[start:stop]
+            del history[start:stop]
+            del model[start:stop]
+            left(gone)
+        elif edit == "del_step":
+            step = data.draw(st.sampled_from([2, 3, -2]))
+            gone = model[::step]
+            del history[::step]
+            del model[::step]
+            left(gone)
+        elif edit == "pop" and model:
+            at = data.draw(st.integers(-len(model), len(model) - 1))
+            assert history.pop(at) is model[at]
+            left([model.pop(at)])
+        elif edit == "remove" and model:
+            target = data.draw(st.sampled_from(model))
+            history.remove(target)
+            model.remove(target)
+            left([target])
+        elif edit == "reverse":
+            history.reverse()
+            model.reverse()
+        elif edit == "duplicate" and model:
+            present = data.draw(st.sampled_from(model))
+            twin = msgspec.structs.replace(present, parts=[TextPart(text="twin")])
+            before = (ids(history), history.to_json())
+            at = position(end=True)
+            others = [i for i, m in enumerate(model) if m.id != present.id]
+            attempts: list[tuple[Callable[..., object], tuple[object, ...]]] = [
+                (history.insert, (at, twin)), (history.append, (twin,)),
+                (history.__setitem__, (slice(at, at), [twin]))]
+            if others:
+                attempts.append((history.__setitem__, (data.draw(st.sampled_from(others)), twin)))
+            for method, args in attempts:
+                with pytest.raises(DuplicateMessage) as info:
+                    method(*args)
+                assert info.value.message_id == present.id
+                assert (ids(history), history.to_json()) == before
+        elif edit == "clear":
+            gone = list(model)
+            history.clear()
+            model.clear()
+            left(gone)
+        _selectors_agree(history, model)

@@ -4,7 +4,10 @@ Every error the library raises on purpose derives from one root::
 
     ChatHistoryError
     ├── InvalidMessage (also ValueError)   bad input; ``.path`` names the field:
-    │                                      ``$.parts[2].call_id``
+    │   │                                  ``$.parts[2].call_id``
+    │   └── DuplicateMessage               a list operation on a ``History`` (insert,
+    │                                      item or slice assignment) put in an id
+    │                                      already there; ``.message_id`` names it
     ├── NotFound (also KeyError)           an unknown session, message or asset
     ├── Conflict                           a stale ``expected_version`` / ``If-Match``
     └── MissingDependency (also ImportError)  an optional extra is not installed; names it
@@ -17,6 +20,7 @@ from __future__ import annotations
 __all__ = [
     "ChatHistoryError",
     "Conflict",
+    "DuplicateMessage",
     "InvalidMessage",
     "MissingDependency",
     "NotFound",
@@ -42,6 +46,23 @@ class InvalidMessage(ChatHistoryError, ValueError):
     def under(self, prefix: str) -> InvalidMessage:
         """The same error with its path re-rooted below ``prefix`` (``$.messages[3]``)."""
         return InvalidMessage(self.reason, prefix + self.path[1:])
+
+
+class DuplicateMessage(InvalidMessage):
+    """A message put into a ``History`` by a list operation has an id that is
+    already there (outside the positions being replaced).
+
+    Bad input like any invalid message, with the path to its id (``$[3].id``);
+    ``add`` and ``extend`` never raise it: for them a present id is a retry and a
+    no-op (DESIGN invariant 1).
+    """
+
+    def __init__(self, message_id: str, path: str = "$.id") -> None:
+        self.message_id = message_id
+        super().__init__(f"a message with id {message_id!r} is already in the history", path)
+
+    def under(self, prefix: str) -> DuplicateMessage:
+        return DuplicateMessage(self.message_id, prefix + self.path[1:])
 
 
 class NotFound(ChatHistoryError, KeyError):

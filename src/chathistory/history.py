@@ -1,4 +1,13 @@
-"""History: an ordered, id-deduplicated, list-like container with selectors.
+"""History: an ordered, id-deduplicated, mutable sequence of messages with selectors.
+
+``History`` is a ``collections.abc.MutableSequence``: ``h[i] = m``, ``del h[i]``,
+``h.insert(i, m)``, slice assignment and deletion work as on a list, except
+that a message whose id is already there (outside the positions replaced)
+raises ``DuplicateMessage`` and nothing changes. ``add`` and ``extend`` keep
+their retry semantics: a present id is a no-op. After a middle edit the id
+index, the positions of system messages and the running token totals are
+redone from the first changed position (counts are cached, never re-counted);
+the atomic groups are rebuilt on the next selection. Appends stay O(1).
 
 Selectors return new lists, ordered old to new, that the caller may change
 freely. Every selector keeps atomic groups whole (``chathistory.groups``):
@@ -16,10 +25,10 @@ from __future__ import annotations
 import json
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, MutableSequence, Sequence
 from typing import Any, overload
 
-from .errors import InvalidMessage
+from .errors import DuplicateMessage, InvalidMessage
 from .groups import Groups
 from .model import FilePart, KVStatus, Message, ToolCall, ToolResult
 from .model.codec import decode_document, encode_document
@@ -32,12 +41,20 @@ __all__ = ["History"]
 _KEPT_ROLES = frozenset({"system", "developer"})
 
 
-class History(Sequence[Message]):
+class History(MutableSequence[Message]):
     """The messages of one conversation, in order, each id at most once.
 
     ``History([...])`` starts pre-filled (few-shot examples, a system prompt).
     ``counter`` is the default tokenizer of ``by_tokens``: a name such as
     ``"o200k_base"`` (the default), a ``TokenCounter`` or a callable.
+
+    Indexing and iteration give the stored messages, as a list does (so
+    ``h[i] = msgspec.structs.replace(h[i], ...)`` edits one; pass
+    ``token_counts=None`` too when the content changes, or the old cached counts
+    go with it). List operations validate what they put in and raise
+    ``DuplicateMessage`` for an id already there; ``add`` / ``extend`` ignore a
+    present id (a retry). ``auto_reduce`` runs after ``add``, ``append``,
+    ``extend`` and the ``add_*`` shortcuts, not after edits in the middle.
     """
 
     __slots__ = ("_counter", "_groups", "_ids", "_kept", "_messages", "_totals",
@@ -57,7 +74,7 @@ class History(Sequence[Message]):
         self.auto_reduce = auto_reduce
         self._messages: list[Message] = []
         self._ids: dict[str, int] = {}
-        self._groups = Groups()
+        self._groups: Groups | None = Groups()  # None: stale after a middle edit
         self._kept: list[int] = []  # indices of system and developer messages
         self._totals: dict[str, _Totals] = {}  # counter name -> running totals
         self.metadata: dict[str, Any] = metadata or {}
@@ -77,6 +94,66 @@ class History(Sequence[Message]):
     def __getitem__(self, index: slice) -> list[Message]: ...
     def __getitem__(self, index: int | slice) -> Message | list[Message]:
         return self._messages[index]
+
+    @overload
+    def __setitem__(self, index: int, value: Message) -> None: ...
+    @overload
+    def __setitem__(self, index: slice, value: Iterable[Message]) -> None: ...
+    def __setitem__(self, index: int | slice, value: Message | Iterable[Message]) -> None:
+        """Replace a message (a new version may keep its id) or a slice of them."""
+        if isinstance(index, slice):
+            if isinstance(value, Message):
+                raise TypeError("can only assign an iterable of messages to a slice")
+            self._assign_slice(index, list(value))
+            return
+        i = self._position(index)
+        message = _checked(value, "$")
+        self._check_fresh([message], {i})
+        self._splice(i, i + 1, [message])
+
+    @overload
+    def __delitem__(self, index: int) -> None: ...
+    @overload
+    def __delitem__(self, index: slice) -> None: ...
+    def __delitem__(self, index: int | slice) -> None:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self._messages))
+            if step == 1:
+                self._splice(start, max(start, stop), [])
+            else:
+                self._rebuild_at(sorted(range(start, stop, step)), [])
+            return
+        i = self._position(index)
+        self._splice(i, i + 1, [])
+
+    def insert(self, index: int, value: Message) -> None:
+        """Put ``value`` before position ``index`` (clamped, as ``list.insert``)."""
+        message = _checked(value, "$")
+        self._check_fresh([message], set())
+        n = len(self._messages)
+        i = max(0, index + n) if index < 0 else min(index, n)
+        self._splice(i, i, [message])
+
+    def append(self, value: Message) -> None:
+        """Append ``value``; ``DuplicateMessage`` when its id is here (``add`` ignores it)."""
+        message = _checked(value, "$")
+        self._check_fresh([message], set())
+        self._append(message)
+        self._auto_reduce(1)
+
+    def reverse(self) -> None:
+        """Reverse in place (the mixin's pairwise swaps would meet their own ids)."""
+        self[:] = self._messages[::-1]
+
+    def index(self, value: Any, start: int = 0, stop: int | None = None) -> int:
+        """Position of ``value`` (by its id, then equality), in O(1)."""
+        i = self._ids.get(value.id) if isinstance(value, Message) else None
+        n = len(self._messages)
+        low = max(0, start + n) if start < 0 else start
+        high = n if stop is None else (max(0, stop + n) if stop < 0 else stop)
+        if i is None or not low <= i < high or self._messages[i] != value:
+            raise ValueError(f"{value!r} is not in the history")
+        return i
 
     def __contains__(self, item: object) -> bool:
         if isinstance(item, Message):
@@ -134,7 +211,8 @@ class History(Sequence[Message]):
         i = len(self._messages)
         self._messages.append(message)
         self._ids[message.id] = i
-        self._groups.append(message)
+        if self._groups is not None:
+            self._groups.append(message)
         if message.role in _KEPT_ROLES:
             self._kept.append(i)
         if self._totals:
@@ -142,7 +220,8 @@ class History(Sequence[Message]):
             for totals in self._totals.values():
                 totals.append(message, kept)
 
-    def extend(self, messages: Iterable[Message]) -> int:
+    # MutableSequence.extend returns None; the count is extra (and safe to ignore)
+    def extend(self, messages: Iterable[Message]) -> int:  # type: ignore[override]
         """Append every message whose id is new; returns how many were appended.
 
         All are validated before any is added: one bad message adds none.
@@ -249,12 +328,9 @@ class History(Sequence[Message]):
 
     def pop(self, index: int = -1) -> Message:
         """Remove and return the message at ``index`` (the newest by default)."""
-        message = self._messages[index]
-        if index in (-1, len(self._messages) - 1):
-            self._messages.pop()
-            self._rebuild_indexes(keep_prefix=True)
-        else:
-            self.replace(m for m in self._messages if m is not message)
+        i = self._position(index)
+        message = self._messages[i]
+        self._splice(i, i + 1, [])
         return message
 
     def clear(self) -> None:
@@ -274,16 +350,98 @@ class History(Sequence[Message]):
             self.replace(old)
             raise
 
-    def _rebuild_indexes(self, keep_prefix: bool) -> None:
+    # ------------------------------------------------------------------ list edits
+
+    def _position(self, index: int) -> int:
+        n = len(self._messages)
+        i = index + n if index < 0 else index
+        if not 0 <= i < n:
+            raise IndexError("history index out of range")
+        return i
+
+    def _check_fresh(self, batch: list[Message], replaced: set[int], *,
+                     indexed: bool = False) -> None:
+        """``DuplicateMessage`` when an id of ``batch`` repeats in it or is already
+        here at a position not in ``replaced``; the path is ``$[k].id`` when
+        ``indexed`` (a slice's values), else ``$.id``."""
+        seen: set[str] = set()
+        ids = self._ids
+        for k, message in enumerate(batch):
+            at = ids.get(message.id)
+            if message.id in seen or (at is not None and at not in replaced):
+                raise DuplicateMessage(message.id, f"$[{k}].id" if indexed else "$.id")
+            seen.add(message.id)
+
+    def _assign_slice(self, index: slice, batch: list[Message]) -> None:
+        n = len(self._messages)
+        start, stop, step = index.indices(n)
+        for k, message in enumerate(batch):
+            _checked(message, f"$[{k}]")
+        if step == 1:
+            stop = max(start, stop)
+            self._check_fresh(batch, set(range(start, stop)), indexed=True)
+            self._splice(start, stop, batch)
+            return
+        positions = list(range(start, stop, step))
+        if len(batch) != len(positions):
+            raise ValueError(f"attempt to assign a sequence of size {len(batch)} "
+                             f"to an extended slice of size {len(positions)}")
+        self._check_fresh(batch, set(positions), indexed=True)
+        order = sorted(range(len(positions)), key=positions.__getitem__)
+        self._rebuild_at(sorted(positions), [batch[k] for k in order])
+
+    def _splice(self, start: int, stop: int, batch: list[Message]) -> None:
+        """``messages[start:stop] = batch`` (checked already), indexes kept right."""
         messages = self._messages
-        self._ids = {m.id: i for i, m in enumerate(messages)}
-        self._groups = Groups.of(messages)
-        self._kept = [i for i, m in enumerate(messages) if m.role in _KEPT_ROLES]
-        for name, totals in self._totals.items():
-            if keep_prefix:
-                totals.truncate(len(messages))
-            else:
-                self._totals[name] = _Totals(totals.counter, messages)
+        if start == stop == len(messages):
+            for message in batch:
+                self._append(message)
+            return
+        removed = [m.id for m in messages[start:stop]]
+        messages[start:stop] = batch
+        self._reindex_from(start, removed)
+
+    def _rebuild_at(self, positions: list[int], batch: list[Message]) -> None:
+        """Extended slices: put ``batch`` at ``positions`` (ascending), or delete
+        them when ``batch`` is empty."""
+        if not positions:
+            return
+        messages = self._messages
+        removed = [messages[i].id for i in positions]
+        if batch:
+            for i, message in zip(positions, batch, strict=True):
+                messages[i] = message
+        else:
+            for i in reversed(positions):
+                del messages[i]
+        self._reindex_from(positions[0], removed)
+
+    def _reindex_from(self, start: int, removed: list[str]) -> None:
+        """Redo the indexes for positions ``start`` on (O(n - start), counts cached);
+        ``removed`` are the ids that left."""
+        messages = self._messages
+        ids = self._ids
+        for message_id in removed:
+            del ids[message_id]
+        n = len(messages)
+        for k in range(start, n):
+            ids[messages[k].id] = k
+        kept = self._kept
+        del kept[bisect_left(kept, start):]
+        kept.extend(k for k in range(start, n) if messages[k].role in _KEPT_ROLES)
+        for totals in self._totals.values():
+            totals.truncate(start)
+            for k in range(start, n):
+                totals.append(messages[k], messages[k].role in _KEPT_ROLES)
+        # pair safety can change before ``start`` too (a call whose result left):
+        # the groups are rebuilt whole, on the next selection
+        self._groups = None
+
+    def _grouped(self) -> Groups:
+        groups = self._groups
+        if groups is None:
+            groups = self._groups = Groups.of(self._messages)
+        return groups
 
     # ------------------------------------------------------------------ selectors
 
@@ -315,7 +473,7 @@ class History(Sequence[Message]):
             )
         n = len(self._messages)
         start, end = max(0, n - from_end), max(0, n - to_end)
-        start, end = self._groups.widen(start, end)
+        start, end = self._grouped().widen(start, end)
         return self._take(start, end)
 
     def recent(self, n: int) -> list[Message]:
@@ -325,10 +483,11 @@ class History(Sequence[Message]):
         return self.range(n, 0) if n else []
 
     def _take(self, start: int, end: int) -> list[Message]:
-        if not self._groups.orphans_in(start, end):
+        groups = self._grouped()
+        if not groups.orphans_in(start, end):
             return self._messages[start:end]
         messages = self._messages
-        return [messages[i] for i in self._groups.sendable(start, end)]
+        return [messages[i] for i in groups.sendable(start, end)]
 
     def by_tokens(
         self,
@@ -360,11 +519,12 @@ class History(Sequence[Message]):
             prefix = totals.rest  # the tail then costs only its other messages
         if budget < 0:
             return []
-        if self._groups.has_orphans:  # skipping orphan groups frees budget: walk
+        groups = self._grouped()
+        if groups.has_orphans:  # skipping orphan groups frees budget: walk
             return self._by_tokens_walk(totals.all, budget, kept)
         # fast path: the smallest start whose tail fits, then forward to a group boundary
         start = bisect_left(prefix, prefix[n] - budget, 0, n + 1)
-        start, _ = self._groups.narrow(start, n)
+        start, _ = groups.narrow(start, n)
         tail = self._messages[start:n]
         if kept and kept[0] < start:
             messages = self._messages
@@ -375,7 +535,7 @@ class History(Sequence[Message]):
                         ) -> list[Message]:
         """The general case: walk back group by group, skipping orphan groups and
         messages already counted as kept."""
-        groups, messages = self._groups, self._messages
+        groups, messages = self._grouped(), self._messages
         kept_set = set(kept)
         chosen: list[int] = []
         end = len(messages)
@@ -448,6 +608,16 @@ class History(Sequence[Message]):
         for message in messages:
             if message.id not in self._ids:
                 self._append(message)
+
+
+def _checked(value: object, path: str) -> Message:
+    """``value`` validated, or ``InvalidMessage`` under ``path``."""
+    if not isinstance(value, Message):
+        raise InvalidMessage(f"expected a Message, got {type(value).__name__}", path)
+    try:
+        return value.validate()
+    except InvalidMessage as exc:
+        raise exc.under(path) from None
 
 
 class _Totals:
