@@ -5,6 +5,10 @@ Targets (from the foundation issue):
   (append one message, its count paid once, select): >= 100x faster than
   LangChain trim_messages and LlamaIndex ChatMemoryBuffer with the same
   tokenizer, and within 3x of a plain-Python backward walk over cached counts.
+  A second table times the selection alone, and the share of it that copies
+  the selected messages (selections are safe to transform: each message is a
+  copy sharing no mutable container with the history), beside the walk
+  returning the stored dicts and the walk returning copied dicts.
 - serialize + restore of 10,000 messages: at least as fast as LangChain,
   Semantic Kernel and Agent Framework, within 2x of orjson over plain dicts.
 - bytes per message of a 100,000-message in-memory history, beside the raw text.
@@ -276,6 +280,94 @@ def print_selection_table(size: int, rows: list[SelectionRow], out: Callable[[st
         out(f"  note: {note}")
 
 
+# --- the selection alone ---------------------------------------------------------
+
+
+def _best_us(call: Callable[[], object], calls: int, repeats: int) -> float:
+    """Best over ``repeats`` of the mean time of ``call()``, in microseconds."""
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for _ in range(calls):
+            call()
+        best = min(best, (time.perf_counter() - started) / calls)
+    return best * 1e6
+
+
+def _selection_only(history: Sequence[Pair], calls: int, repeats: int) -> dict[str, Any]:
+    """Per-call times of the selection alone at one history size."""
+    from chathistory.history import _copies  # what by_tokens returns is made by this
+
+    ours = peers.ChathistorySelector()
+    ours.build(history)
+    ours.warm(BUDGET)
+    walk = peers.BaselineSelector()
+    walk.build(history)
+    walk.warm(BUDGET)
+    selected = ours.turn_select(BUDGET)
+    stored = [ours.history.get(m.id) for m in selected]
+
+    def walk_stored() -> object:
+        return walk.turn_select(BUDGET)
+
+    def walk_copied() -> object:
+        return [dict(m) for m in walk.turn_select(BUDGET)]
+
+    def by_tokens() -> object:
+        return ours.turn_select(BUDGET)
+
+    def copying() -> object:
+        return _copies(stored)
+
+    return {
+        "selected": len(selected),
+        "timings": {
+            "plain Python walk, stored dicts": _best_us(walk_stored, calls, repeats),
+            "plain Python walk, copied dicts": _best_us(walk_copied, calls, repeats),
+            "chathistory History.by_tokens (copies)": _best_us(by_tokens, calls, repeats),
+            "  of which copying the selection": _best_us(copying, calls, repeats),
+        },
+    }
+
+
+def run_selection_only(
+    messages: Sequence[Pair], quick: bool, out: Callable[[str], None]
+) -> list[dict]:
+    """Select within BUDGET over a built, counted history, without the append: what a
+    turn pays beyond the new message's count, and how much of it is copying."""
+    calls, repeats = (200, 2) if quick else (2_000, 5)
+    rows: list[dict[str, Any]] = []
+    for size in SIZES:
+        try:
+            found = _selection_only(messages[:size], calls, repeats)
+        except peers.Unavailable as error:
+            rows.append({"size": size, "status": "skipped", "reason": str(error)})
+            continue
+        floor = found["timings"]["plain Python walk, stored dicts"]
+        for library, value in found["timings"].items():
+            rows.append({"library": library, "size": size, "status": "ok",
+                         "selected": found["selected"], "select_us": value,
+                         "per_message_us": value / max(1, found["selected"]),
+                         "ratio_vs_walk": value / floor})
+    out("")
+    out(f"by_tokens({BUDGET}) selection alone (no append; counts cached; best of {repeats} "
+        f"x {calls:,} calls)")
+    table = []
+    for row in rows:
+        if row["status"] != "ok":
+            table.append([f"{row['size']:,}", "skipped", "", "", "", ""])
+            out(f"  note: skipped: {row['reason']}")
+            continue
+        table.append([
+            f"{row['size']:,}", row["library"], str(row["selected"]),
+            _fmt_time_us(row["select_us"]), f"{row['per_message_us']:.2f} µs",
+            _fmt_ratio(row["ratio_vs_walk"]),
+        ])
+    print_table(["history", "selection", "selected", "per call", "per message",
+                 "vs stored-dict walk"], table, out)
+    return rows
+
+
 # --- serialize + restore ------------------------------------------------------
 
 
@@ -525,6 +617,7 @@ def run(quick: bool = False, out: Callable[[str], None] = print) -> dict[str, An
 
     results: dict[str, Any] = {"environment": env, "quick": quick}
     results["by_tokens"] = run_selection(messages, quick, out)
+    results["selection_only"] = run_selection_only(messages, quick, out)
     results["serialize_restore"] = run_serialization(messages, quick, out)
     results["memory"] = run_memory(messages, quick, out)
     results["seconds"] = time.perf_counter() - started

@@ -76,7 +76,7 @@ def test_last_user_and_assistant() -> None:
     h = History()
     assert h.last_user() is None and h.last_assistant() is None
     h.extend(chat(4))
-    assert h.last_user() is h[2] and h.last_assistant() is h[3]
+    assert h.last_user() == h[2] and h.last_assistant() == h[3]
 
 
 def test_range_and_recent() -> None:
@@ -99,6 +99,34 @@ def test_selectors_return_new_lists() -> None:
     sel.clear()
     h.by_tokens(10_000).append(Message.user("x"))
     assert len(h) == 4
+
+
+def test_selected_messages_are_safe_to_transform(png_bytes: bytes) -> None:
+    from chathistory import Attachment
+
+    h = tool_history()
+    h.add(Message.user("see", Attachment.from_bytes(png_bytes), metadata={"tag": ["a"]}))
+    h[1] = msgspec.structs.replace(h[1], provider_metadata={"openai": {"id": "msg_1"}})
+    h.by_tokens(10_000)  # counts cached in the stored messages
+    before = h.to_json()
+    selections = [h.recent(len(h)), h.range(4, 1), h.by_tokens(10_000),
+                  h.by_tokens(10_000, keep_system=True), [h.last_user()], [h.last_assistant()]]
+    for selection in selections:
+        for message in selection:
+            assert message is not None and h.get(message.id) == message  # equal, not shared
+            message.role = "agent"
+            message.name = "renamed"
+            if "tag" in message.metadata:
+                message.metadata["tag"].append("nested")
+            message.metadata["tag"] = "changed"
+            message.provider_metadata.setdefault("openai", {})["id"] = "other"
+            message.parts.append(TextPart(text="appended"))
+            message.parts[0] = TextPart(text="replaced")
+            if message.token_counts is not None:
+                message.token_counts[APPROX.name] = 0
+            message.kv_start = 999
+    assert h.to_json() == before
+    assert h.by_tokens(10_000) == History.from_json(before, counter=APPROX).by_tokens(10_000)
 
 
 def tool_history() -> History:
@@ -138,7 +166,7 @@ def test_by_tokens_narrows_and_never_splits() -> None:
 def test_by_tokens_keep_system() -> None:
     h = History([Message.system("be brief"), *chat(20)], counter=APPROX)
     sel = h.by_tokens(60, keep_system=True)
-    assert sel[0] is h[0] and len(sel) > 1
+    assert sel[0] == h[0] and len(sel) > 1
     total = sum(cached_count(m, APPROX) for m in sel) + APPROX.priming_tokens
     assert total <= 60
     plain = h.by_tokens(60)

@@ -213,13 +213,14 @@ def ref_groups(messages: Sequence[Message]) -> list[tuple[int, int, bool]]:
 
 
 def pair_safety_violations(selection: Sequence[Message], full: Sequence[Message]) -> list[str]:
-    """Why ``selection`` is not a pair-safe, ordered selection of ``full`` (empty: it is)."""
+    """Why ``selection`` is not a pair-safe, ordered selection of ``full`` (empty: it is).
+    A selected message is one of ``full`` or an equal copy (History's selectors copy)."""
     position = {m.id: i for i, m in enumerate(full)}
     problems: list[str] = []
     index: list[int] = []
     for m in selection:
         i = position.get(m.id)
-        if i is None or full[i] is not m:
+        if i is None or (full[i] is not m and full[i] != m):
             return [f"{m.id} is not a message of the history"]
         index.append(i)
     for a, b in pairwise(index):
@@ -498,6 +499,21 @@ def test_selectors_return_new_lists(messages: list[Message], data: st.DataObject
         del selection[: len(selection) // 2]
     assert _snapshot(history) == before
     assert ids(history) == ids(messages)
+    # the selected messages themselves are safe to transform (History.messages is not
+    # a selector: it gives the stored messages, as iteration does)
+    last = [m for m in (history.last_user(), history.last_assistant()) if m is not None]
+    for selection in (history.recent(n), history.range(n + 1, 0), last,
+                      history.by_tokens(budget, APPROX, keep_system=True)):
+        for message in selection:
+            message.role = data.draw(st.sampled_from(["user", "system", "agent"]), label="role")
+            message.metadata.setdefault("seen", []).append(1)
+            for value in message.provider_metadata.values():
+                if isinstance(value, dict):
+                    value["touched"] = True
+            message.parts[:] = [TextPart(text="rewritten")]
+            if message.token_counts:
+                message.token_counts.clear()
+    assert _snapshot(history) == before
 
 
 # ---------------------------------------------------------------- dedup (invariant 1)
