@@ -11,7 +11,7 @@ EXPECTED = {
     "Part", "Reasoning", "Role", "TextPart", "TokenCounter", "ToolCall", "ToolResult",
     "__version__", "get_counter", "AsyncStore", "ContextWindow", "Session", "Store",
     "open_async_store", "open_store", "HistoryProvider", "ProviderConflict",
-    "ProviderSessionState",
+    "ProviderSessionState", "StorageFull", "StoreUnavailable",
 }
 
 

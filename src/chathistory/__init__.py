@@ -11,6 +11,8 @@ from .errors import (
     InvalidMessage,
     MissingDependency,
     NotFound,
+    StorageFull,
+    StoreUnavailable,
 )
 from .history import History
 from .model import (
@@ -58,7 +60,9 @@ __all__ = [
     "Reasoning",
     "Role",
     "Session",
+    "StorageFull",
     "Store",
+    "StoreUnavailable",
     "TextPart",
     "TokenCounter",
     "ToolCall",

@@ -10,6 +10,9 @@ Every error the library raises on purpose derives from one root::
     │                                      already there; ``.message_id`` names it
     ├── NotFound (also KeyError)           an unknown session, message or asset
     ├── Conflict                           a stale ``expected_version`` / ``If-Match``
+    ├── StoreUnavailable                   the store cannot be reached or written now
+    │   │                                  (retry after ``.retry_after`` seconds)
+    │   └── StorageFull                    its disk is full; ``.where`` names it
     └── MissingDependency (also ImportError)  an optional extra is not installed; names it
 
 The HTTP layer maps these classes to status codes in one table.
@@ -24,6 +27,8 @@ __all__ = [
     "InvalidMessage",
     "MissingDependency",
     "NotFound",
+    "StorageFull",
+    "StoreUnavailable",
 ]
 
 
@@ -85,3 +90,22 @@ class MissingDependency(ChatHistoryError, ImportError):
         super().__init__(
             f"{package} is not installed; install it with: pip install 'chathistory[{extra}]'"
         )
+
+
+class StoreUnavailable(ChatHistoryError):
+    """The store cannot serve the call now: its server is unreachable or timed out,
+    its file is read-only or locked. Retrying later may succeed; ``retry_after``
+    is a hint in seconds (the HTTP service answers 503 with ``Retry-After``)."""
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class StorageFull(StoreUnavailable):
+    """The store's disk (or the asset directory's) is full; ``where`` names the file
+    or directory. (HTTP 507.)"""
+
+    def __init__(self, message: str, where: str = "", retry_after: float = 30.0) -> None:
+        super().__init__(message, retry_after)
+        self.where = where

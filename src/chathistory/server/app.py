@@ -14,15 +14,13 @@ their schemas and their documentation come from one table (``ROUTES``), which
 
 from __future__ import annotations
 
-import asyncio
-import functools
+import contextvars
 import ipaddress
 import itertools
 import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -36,13 +34,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..assets import FileAssetStore
 from ..model.parts import MAX_ATTACHMENT_BYTES
-from ..stores import bridge
 from ..stores.base import Store
 from . import auth
-from .errors import HTTPError, error_body
+from .errors import HTTPError, error_body, error_headers
 from .logging import access_log, logger
 from .metrics import Metrics
 from .wire import JSON_TYPE, json_body
+from .work import StoreHealth, Work, current_tenant, store_call
 
 __all__ = ["App", "Context", "Endpoint", "Limits", "Param", "Service", "call_store", "create_app"]
 
@@ -67,13 +65,15 @@ class Service:
     """What every route needs: the store, the asset directory, limits, keys."""
 
     def __init__(self, store: Store, *, keys_required: bool, asset_dir: str | Path,
-                 limits: Limits, key_cache_seconds: float) -> None:
+                 limits: Limits, key_cache_seconds: float, work: Work | None = None) -> None:
         self.store = store
         self.assets = FileAssetStore(asset_dir, max_bytes=limits.asset_bytes)
         self.limits = limits
         self.keys_required = keys_required
         self.key_cache = auth.KeyCache(key_cache_seconds)
         self.metrics = Metrics()
+        self.work = work or Work()
+        self.health = StoreHealth(recover=getattr(store, "recover", None))
         self._keys_checked = 0.0
 
     async def open_mode(self) -> bool:
@@ -85,51 +85,41 @@ class Service:
         now = time.monotonic()
         if now - self._keys_checked > 1.0:
             self._keys_checked = now
-            if await run(auth.has_keys, self.store):
+            if await call_store(auth.has_keys, self.store):
                 self.keys_required = True
         return not self.keys_required
 
 
-_executor: ThreadPoolExecutor | None = None
-STORE_THREADS = 32
-"""Worker threads for store calls (per process)."""
+_service: contextvars.ContextVar[Service | None] = contextvars.ContextVar(
+    "chathistory_service", default=None)
+_default_work: Work | None = None
 
 
-async def run(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """``fn(*args, **kwargs)`` in a worker thread: stores are sync and may block.
-    (The event loop's executor directly: a third of the CPU cost of anyio's
-    ``to_thread``, which matters at thousands of requests a second.)"""
-    global _executor
-    if _executor is None:
-        _executor = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="chathistory-store")
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_executor, functools.partial(fn, *args, **kwargs))
+def _work() -> tuple[Work, StoreHealth | None]:
+    service = _service.get()
+    if service is not None:
+        return service.work, service.health
+    global _default_work  # outside a request (a test calling a route helper directly)
+    if _default_work is None:
+        _default_work = Work()
+    return _default_work, None
 
 
-_cooperative: dict[tuple[int, int], asyncio.Semaphore] = {}
+async def run(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn(*args, **kwargs)`` in the work pool, counted against the request's tenant:
+    disk access and CPU work that must not run on the loop (``server.work``)."""
+    work, _ = _work()
+    return await work(fn, *args, **kwargs)
 
 
-async def call_store(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """A store method that only waits on its database, like ``run``. A store whose calls
-    never wait on anything (``runs_inline``: SQLite and memory, one call at a time
-    behind their lock anyway) is called right here, on the loop's thread (a SQLite
-    write waiting for another process's lock holds the loop meanwhile). A store that
-    may wait on the loop (``cooperative_limit``: PostgreSQL, whose socket waits go to
-    the loop) runs in a greenlet (``stores.bridge``), at most that many at once. Any
-    other goes to a worker thread. (Not for calls that wait on anything else, such as
-    an import reading the request body.)"""
-    store = getattr(fn, "__self__", None)
-    if getattr(store, "runs_inline", False):
-        return fn(*args, **kwargs)
-    limit = getattr(store, "cooperative_limit", 0)
-    if not limit:
-        return await run(fn, *args, **kwargs)
-    key = (id(store), id(asyncio.get_running_loop()))
-    gate = _cooperative.get(key)
-    if gate is None:
-        gate = _cooperative[key] = asyncio.Semaphore(limit)
-    async with gate:
-        return await bridge.call(fn, *args, **kwargs)
+async def call_store(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """A store call in the work pool, counted against the request's tenant and
+    through the store's circuit: an unreachable store is a fast 503, a full disk a
+    507 (``server.work.store_call``)."""
+    work, health = _work()
+    if health is None:
+        return await work(fn, *args, **kwargs)
+    return await store_call(work, health, fn, *args, **kwargs)
 
 
 @dataclass
@@ -214,7 +204,7 @@ async def _authenticate(request: Request, service: Service) -> tuple[str, str | 
     if secret is not None:
         key = auth.cached(secret, service.key_cache)
         if key is None:
-            key = await run(auth.lookup, service.store, secret, cache=service.key_cache)
+            key = await call_store(auth.lookup, service.store, secret, cache=service.key_cache)
         if key is None:
             raise HTTPError(401, "unauthorized", "unknown or revoked API key",
                             {"WWW-Authenticate": "Bearer"})
@@ -231,7 +221,7 @@ async def _authenticate(request: Request, service: Service) -> tuple[str, str | 
 
 def error_response(exc: BaseException, request_id: str) -> Response:
     status, body = error_body(exc, request_id)
-    headers = dict(exc.headers) if isinstance(exc, HTTPError) else {}
+    headers = error_headers(exc)
     if status >= 500:
         logger.error("request failed", exc_info=exc, extra={"request_id": request_id})
     return Response(body, status_code=status, headers=headers, media_type=JSON_TYPE)
@@ -240,11 +230,15 @@ def error_response(exc: BaseException, request_id: str) -> Response:
 def _endpoint(spec: Endpoint, service: Service) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         request.scope["chathistory.route"] = spec.path
+        _service.set(service)  # (each request is its own task: its own context)
         try:
             if spec.public:
                 tenant, key_id = DEFAULT_TENANT, None
+                current_tenant.set("(system)")
             else:
+                current_tenant.set("(authentication)")
                 tenant, key_id = await _authenticate(request, service)
+                current_tenant.set(tenant)
             return await spec.handler(Context(request, service, tenant, key_id))
         except Exception as exc:
             return error_response(exc, request.scope.get("chathistory.request_id", "-"))

@@ -13,10 +13,19 @@ from __future__ import annotations
 import msgspec
 
 from ..assets import AssetTooLarge
-from ..errors import ChatHistoryError, Conflict, InvalidMessage, MissingDependency, NotFound
+from ..errors import (
+    ChatHistoryError,
+    Conflict,
+    InvalidMessage,
+    MissingDependency,
+    NotFound,
+    StorageFull,
+    StoreUnavailable,
+)
 from ..window import ContextOverflow
 
-__all__ = ["STATUS", "HTTPError", "PreconditionFailed", "error_body", "status_of"]
+__all__ = ["STATUS", "HTTPError", "PreconditionFailed", "error_body", "error_headers",
+           "status_of"]
 
 
 class HTTPError(ChatHistoryError):
@@ -42,6 +51,8 @@ STATUS: list[tuple[type[BaseException], int, str]] = [
     (Conflict, 409, "conflict"),
     (AssetTooLarge, 413, "payload_too_large"),
     (MissingDependency, 501, "not_available"),
+    (StorageFull, 507, "storage_full"),
+    (StoreUnavailable, 503, "store_unavailable"),
     (ValueError, 400, "bad_request"),
 ]
 """Error class -> (status, type). Anything not listed is a 500."""
@@ -55,6 +66,16 @@ def status_of(exc: BaseException) -> tuple[int, str]:
         if isinstance(exc, cls):
             return status, kind
     return 500, "internal"
+
+
+def error_headers(exc: BaseException) -> dict[str, str]:
+    """Headers an error answer carries: its own (``HTTPError``), ``Retry-After`` for a
+    store that cannot serve now."""
+    if isinstance(exc, HTTPError):
+        return dict(exc.headers)
+    if isinstance(exc, StoreUnavailable):
+        return {"Retry-After": str(max(1, round(exc.retry_after)))}
+    return {}
 
 
 def error_body(exc: BaseException, request_id: str) -> tuple[int, bytes]:

@@ -3,11 +3,13 @@ routes that serve the process itself (health, readiness, metrics, OpenAPI)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.responses import Response
 
 from ..errors import NotFound
 from . import routes_assets, routes_messages, routes_sessions
-from .app import Context, Endpoint, run
+from .app import Context, Endpoint, call_store, run
 from .errors import HTTPError
 from .schema import Health
 from .wire import JSON_TYPE, json_response
@@ -19,14 +21,20 @@ async def healthz(ctx: Context) -> Response:
     return json_response(Health("ok"))
 
 
+READY_SECONDS = 2.0
+"""``/readyz`` waits this long for the store at most."""
+
+
 async def readyz(ctx: Context) -> Response:
     try:  # a read of a session that cannot exist: one round trip to the store
-        await run(ctx.store.get_session, "__readyz__", tenant="__health__")
+        async with asyncio.timeout(READY_SECONDS):
+            await call_store(ctx.store.get_session, "__readyz__", tenant="__health__")
     except NotFound:
         return json_response(Health("ready"))
     except Exception as exc:
-        raise HTTPError(503, "unavailable", f"the store is unreachable: {type(exc).__name__}"
-                        ) from None
+        reason = "timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
+        raise HTTPError(503, "unavailable", f"the store is unreachable: {reason}",
+                        {"Retry-After": "1"}) from None
     return json_response(Health("ready"))
 
 

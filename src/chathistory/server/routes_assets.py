@@ -3,11 +3,11 @@ import (NDJSON, streamed both ways), erasure and purging, and ``/v1/me``."""
 
 from __future__ import annotations
 
-import asyncio
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
+from typing import IO
 
-from starlette.concurrency import iterate_in_threadpool
 from starlette.responses import FileResponse, Response, StreamingResponse
 
 from ..assets import AssetTooLarge, AssetWriter, check_digest
@@ -18,7 +18,7 @@ from ..stores.base import BaseStore, Store
 from .app import Context, Endpoint, Param, call_store, run
 from .errors import HTTPError
 from .schema import EraseBody, EraseOut, ImportOut, Me, PurgeOut
-from .wire import json_response, query_str, too_large
+from .wire import body_chunks, json_response, query_str, too_large
 
 __all__ = ["ROUTES"]
 
@@ -53,9 +53,16 @@ async def upload_asset(ctx: Context) -> Response:
     except InvalidMessage as exc:
         raise HTTPError(415, "unsupported_media_type", exc.reason) from None
     try:
-        async for chunk in ctx.request.stream():
-            if chunk:
-                writer.write(chunk)  # page cache: fast; the fsync is in commit()
+        pending: list[bytes] = []
+        pending_size = 0
+        async for chunk in body_chunks(ctx.request):  # the disk is written in the pool
+            pending.append(chunk)
+            pending_size += len(chunk)
+            if pending_size >= _SPOOL_WRITE:
+                await run(writer.write, b"".join(pending))
+                pending, pending_size = [], 0
+        if pending:
+            await run(writer.write, b"".join(pending))
         attachment = await run(writer.commit)
     except AssetTooLarge:
         raise too_large(limit) from None
@@ -64,7 +71,7 @@ async def upload_asset(ctx: Context) -> Response:
             raise HTTPError(415, "unsupported_media_type", exc.reason) from None
         raise
     finally:
-        writer.abort()  # a no-op after commit; drops the file on any failure
+        await run(writer.abort)  # a no-op after commit; drops the file on any failure
     return json_response(attachment, 201)
 
 
@@ -108,52 +115,88 @@ async def export(ctx: Context) -> Response:
     for sid in ids or ():  # every unknown id is a 404 before the stream starts
         await call_store(ctx.store.get_session, sid, tenant=ctx.tenant)
     lines = _chunked(iter(ctx.store.export(tenant=ctx.tenant, session_ids=ids)))
-    return StreamingResponse(iterate_in_threadpool(lines), media_type=NDJSON)
+
+    async def chunks() -> AsyncIterator[bytes]:  # each chunk made in the work pool
+        while (chunk := await call_store(next, lines, None)) is not None:
+            yield chunk
+
+    return StreamingResponse(chunks(), media_type=NDJSON)
+
+
+_IMPORTS_PER_TENANT = 2
+_SPOOL_MEMORY = 8 * 1024 * 1024  # an import body past this goes to a temporary file
+_SPOOL_WRITE = 1024 * 1024
+_imports: dict[str, int] = {}  # tenant -> imports being received (loop only)
 
 
 async def import_(ctx: Context) -> Response:
+    """The body is received whole first (on the loop, each read with an idle timeout,
+    spooled to a temporary file past 8 MiB by the work pool), then imported in the work
+    pool: no worker thread ever waits on the client. At most two imports of a tenant
+    at once (429 past that)."""
     declared = (ctx.request.headers.get("content-type") or NDJSON).split(";")[0].strip().lower()
     if declared not in _NDJSON_TYPES:
         raise HTTPError(415, "unsupported_media_type", f"send {NDJSON}, not {declared}")
     limits = ctx.service.limits
-    stream: AsyncIterator[bytes] = ctx.request.stream().__aiter__()
-    total = 0
-
-    async def next_chunk() -> bytes | None:
-        nonlocal total
-        try:
-            chunk = await stream.__anext__()
-        except StopAsyncIteration:
-            return None
-        total += len(chunk)
-        if total > limits.import_bytes:
-            raise too_large(limits.import_bytes)
-        return chunk
-
-    loop = asyncio.get_running_loop()
-
-    def receive() -> bytes | None:  # in the worker thread: the next chunk from the loop
-        return asyncio.run_coroutine_threadsafe(next_chunk(), loop).result()
-
-    def lines() -> Iterator[bytes]:
-        pending = b""
-        while (chunk := receive()) is not None:
-            pending += chunk
-            *complete, pending = pending.split(b"\n")
-            yield from complete
-            if len(pending) > limits.json_bytes:
-                raise too_large(limits.json_bytes)
-        if pending.strip():
-            yield pending
-
+    size = ctx.request.headers.get("content-length")
+    if size is not None and size.isdigit() and int(size) > limits.import_bytes:
+        raise too_large(limits.import_bytes)
+    if _imports.get(ctx.tenant, 0) >= _IMPORTS_PER_TENANT:
+        raise HTTPError(429, "too_many_requests",
+                        f"at most {_IMPORTS_PER_TENANT} imports of a tenant at once",
+                        {"Retry-After": "5"})
+    _imports[ctx.tenant] = _imports.get(ctx.tenant, 0) + 1
+    # nothing on disk until it rolls over; closed in the work pool below
+    spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MEMORY)  # noqa: SIM115
     try:
-        added = await run(ctx.store.import_, lines(), tenant=ctx.tenant)
-    except (KeyError, TypeError, AttributeError) as exc:
-        if isinstance(exc, NotFound):
-            raise
-        # a line of the right kind with the wrong shape (the engine indexes it blindly)
-        raise InvalidMessage(f"a line is not an export record: {exc!r}", "$") from None
+        total, pending, pending_size = 0, [], 0
+        async for chunk in body_chunks(ctx.request):
+            total += len(chunk)
+            if total > limits.import_bytes:
+                raise too_large(limits.import_bytes)
+            pending.append(chunk)
+            pending_size += len(chunk)
+            if pending_size >= _SPOOL_WRITE:
+                await run(spool.write, b"".join(pending))
+                pending, pending_size = [], 0
+        if pending:
+            await run(spool.write, b"".join(pending))
+
+        def load() -> int:
+            spool.seek(0)
+            return ctx.store.import_(_lines(spool, limits.json_bytes), tenant=ctx.tenant)
+
+        try:
+            added = await call_store(load)
+        except (KeyError, TypeError, AttributeError) as exc:
+            if isinstance(exc, NotFound):
+                raise
+            # a line of the right kind with the wrong shape (the engine indexes it blindly)
+            raise InvalidMessage(f"a line is not an export record: {exc!r}", "$") from None
+    finally:
+        left = _imports[ctx.tenant] - 1
+        if left:
+            _imports[ctx.tenant] = left
+        else:
+            del _imports[ctx.tenant]
+        await run(spool.close)
     return json_response(ImportOut(added))
+
+
+def _lines(spool: IO[bytes], line_limit: int) -> Iterator[bytes]:
+    """The spooled body's lines, each held to ``line_limit`` bytes."""
+    pending = b""
+    while chunk := spool.read(_SPOOL_WRITE):
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            if len(line) > line_limit:
+                raise too_large(line_limit)
+            yield line
+        if len(pending) > line_limit:
+            raise too_large(line_limit)
+    if pending.strip():
+        yield pending
 
 
 # ---------------------------------------------------------------- retention

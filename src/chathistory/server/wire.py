@@ -4,7 +4,8 @@ query parameters, ``If-Match`` and ``ETag``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -16,9 +17,12 @@ from ..errors import InvalidMessage
 from ..model.codec import _invalid
 from ..stores.model import Session
 from .errors import HTTPError
+from .work import SMALL_BODY
 
 __all__ = [
+    "BODY_IDLE_SECONDS",
     "JSON_TYPE",
+    "body_chunks",
     "decode_json",
     "encode_session",
     "etag",
@@ -53,6 +57,26 @@ def check_json_type(request: Request) -> None:
                         f"send {JSON_TYPE}, not {media or 'an empty content type'}")
 
 
+BODY_IDLE_SECONDS = 30.0
+"""A request body that sends nothing for this long is answered 408 (a slow client
+holds only its own coroutine meanwhile, never a worker thread)."""
+
+
+async def body_chunks(request: Request) -> AsyncIterator[bytes]:
+    """The body's chunks as they come, each waited for at most ``BODY_IDLE_SECONDS``."""
+    stream = request.stream().__aiter__()
+    while True:
+        try:
+            async with asyncio.timeout(BODY_IDLE_SECONDS):
+                chunk = await anext(stream)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise HTTPError(408, "request_timeout", "the request body sent nothing for "
+                            f"{BODY_IDLE_SECONDS:g} s") from None
+        yield chunk
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The whole body, or 413 as soon as it passes ``limit`` bytes."""
     declared = request.headers.get("content-length")
@@ -60,7 +84,7 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise too_large(limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    async for chunk in body_chunks(request):
         size += len(chunk)
         if size > limit:
             raise too_large(limit)
@@ -90,9 +114,15 @@ def decode_json(body: bytes, type: type[T]) -> T:
 
 
 async def json_body(request: Request, type: type[T], limit: int) -> T:
-    """Check the content type, read under ``limit``, decode into ``type``."""
+    """Check the content type, read under ``limit``, decode into ``type`` (a body
+    larger than ``work.SMALL_BODY`` in the work pool, not on the loop)."""
     check_json_type(request)
-    return decode_json(await read_body(request, limit), type)
+    body = await read_body(request, limit)
+    if len(body) <= SMALL_BODY:
+        return decode_json(body, type)
+    from .app import run
+
+    return await run(decode_json, body, type)
 
 
 def json_response(value: Any, status: int = 200, headers: Mapping[str, str] | None = None

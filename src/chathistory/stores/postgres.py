@@ -56,6 +56,7 @@ try:
     from psycopg.rows import args_row
     from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
     from psycopg_pool import ConnectionPool
+    from psycopg_pool.base import AttemptWithBackoff
 
     from .bridge import await_only, in_bridge
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -658,17 +659,43 @@ class _OptimisticTxn:
         }
 
 
+class _QuickRetry(AttemptWithBackoff):
+    """Reconnect attempts every 0.1 s, backing off to at most every 0.5 s (psycopg_pool's
+    own back off to minutes): the store serves again within half a second of its
+    server being back."""
+
+    INITIAL_DELAY = 0.1
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, 0.5)
+
+
+class _Pool(ConnectionPool[Any]):
+    """psycopg_pool's pool with ``_QuickRetry`` reconnect attempts (its one private
+    hook for the back-off; ``test_postgres`` pins the behaviour)."""
+
+    def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False
+                        ) -> None:
+        super()._add_connection(attempt or _QuickRetry(timeout=self.reconnect_timeout),
+                                growing)
+
+
 class PostgresStore(BaseStore):
     """A store in a PostgreSQL schema (``postgresql://user@host/db?schema=chathistory``).
 
     ``schema`` is created and migrated on first use. ``partitions=N`` (at
     creation only) hash-partitions the messages table by ``(tenant, session_id)``.
     ``drop_schema_on_close`` is for tests: ``close()`` drops the whole schema.
+    ``pool_timeout``: how long a call waits for a pooled connection before it raises
+    ``StoreUnavailable`` (the server is down, or every connection is busy). While the
+    server is down the pool tries to reconnect every half second at most.
     """
 
     def __init__(self, url: str, counter: str | TokenCounter | None = None, *,
                  schema: str = "chathistory", pool_size: int = 10,
-                 partitions: int | None = None, drop_schema_on_close: bool = False) -> None:
+                 partitions: int | None = None, drop_schema_on_close: bool = False,
+                 pool_timeout: float = 2.0) -> None:
         super().__init__(counter)
         _quote(schema)
         if pool_size < 1:
@@ -686,9 +713,10 @@ class PostgresStore(BaseStore):
         # connect once first: an unreachable server raises its own error, promptly
         with psycopg.connect(url, **options) as conn:
             migrate(conn, schema, partitions)
-        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = _Pool(
             url, min_size=1, max_size=pool_size, kwargs=options, open=False,
-            name=f"chathistory-{schema}", configure=_configure, connection_class=_Connection)
+            name=f"chathistory-{schema}", configure=_configure, connection_class=_Connection,
+            timeout=pool_timeout)
         # (tenant, id) -> the session as an append of this process last wrote it: the
         # next append plans on it and writes in one round trip, if the session has not
         # moved since (checked by the write itself; a cache that is never trusted)
@@ -698,6 +726,11 @@ class PostgresStore(BaseStore):
         # the pool holds, as a call waiting for a connection would block that thread
         self.cooperative_limit = pool_size
         self._pool.open(wait=True, timeout=10)
+
+    def recover(self) -> None:
+        """After a call found the server gone: test the idle pooled connections and
+        replace the broken ones now, instead of failing one call per connection."""
+        self._pool.check()
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresStore:
@@ -712,6 +745,8 @@ class PostgresStore(BaseStore):
                 ours[name] = value
             elif name in ("pool_size", "partitions"):
                 ours[name] = int(value)
+            elif name == "pool_timeout":
+                ours[name] = float(value)
             else:
                 rest.append((name, value))
         ours.update(options)
