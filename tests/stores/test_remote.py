@@ -175,3 +175,39 @@ def test_large_attachments_go_through_the_asset_route(server: LiveServer,
     assert remote.get_asset(att.sha256) == png_bytes  # from the server's asset directory
     resolved = remote.resolve(remote.tail(session.id, 1))
     assert resolved[0].attachments[0].data == png_bytes
+
+
+def test_store_outages_are_retried_after_retry_after_then_raised() -> None:
+    """A 503 store_unavailable is retried (an append: idempotent) after the server's
+    Retry-After, then raised as StoreUnavailable; a 429 is retried even for a create
+    (refused before any work); a 507 is StorageFull."""
+    from chathistory import StorageFull, StoreUnavailable
+
+    calls: list[str] = []
+    answers: list[httpx.Response] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.method)
+        return answers.pop(0)
+
+    def unavailable() -> httpx.Response:
+        return httpx.Response(503, headers={"Retry-After": "0"}, json={
+            "error": {"type": "store_unavailable", "message": "Redis unreachable"}})
+
+    remote = RemoteStore("http://test", "key", transport=httpx.MockTransport(handler),
+                         retries=2)
+    answers[:] = [unavailable(), unavailable(), unavailable()]
+    with pytest.raises(StoreUnavailable, match="Redis unreachable") as info:
+        remote.append("s", [Message.user("x")])
+    assert len(calls) == 3 and info.value.retry_after == 0
+    calls.clear()
+    answers[:] = [httpx.Response(429, headers={"Retry-After": "0"}, json={
+        "error": {"type": "too_many_requests", "message": "slow down"}}),
+        httpx.Response(201, json={"schema_version": 1, "id": "s", "root_id": "s"})]
+    assert remote.create_session("s").id == "s" and calls == ["POST", "POST"]
+    calls.clear()
+    answers[:] = [httpx.Response(507, json={"error": {"type": "storage_full",
+                                                      "message": "no space left"}})]
+    with pytest.raises(StorageFull):
+        remote.create_session("t")
+    assert calls == ["POST"]

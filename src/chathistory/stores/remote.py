@@ -8,9 +8,11 @@ left out, or name that tenant, or one of the tenants whose keys were given in
 
 Requests that fail to connect are retried with backoff (they never reached
 the server); reads and appends (idempotent by message id) are also retried
-after a timeout, a dropped connection or a 502/503/504. Error answers become
-the library's errors: ``InvalidMessage`` with the same ``path``, ``NotFound``,
-``Conflict`` (409 and 412).
+after a timeout, a dropped connection or a 502/503/504; any request after a 429
+(refused before any work). A ``Retry-After`` in seconds is waited for (30 s at
+most). Error answers become the library's errors: ``InvalidMessage`` with the same
+``path``, ``NotFound``, ``Conflict`` (409 and 412), ``StoreUnavailable`` (503 once
+the retries are spent) and ``StorageFull`` (507).
 
 Attachments over ``upload_over`` bytes are uploaded through ``/v1/assets``
 before an append and sent as references, keeping JSON bodies small. Those
@@ -30,7 +32,15 @@ from typing import Any, Literal, NoReturn
 
 import msgspec
 
-from ..errors import ChatHistoryError, Conflict, InvalidMessage, MissingDependency, NotFound
+from ..errors import (
+    ChatHistoryError,
+    Conflict,
+    InvalidMessage,
+    MissingDependency,
+    NotFound,
+    StorageFull,
+    StoreUnavailable,
+)
 from ..model import Attachment, KVStatus, Message
 from ..model.codec import _strip_part
 from ..tokens import TokenCounter, get_counter
@@ -163,11 +173,18 @@ class RemoteStore:
                 if not retry_after_send or attempt >= self.retries:
                     raise
             else:
-                if (response.status_code not in _RETRY_STATUS or not retry_after_send
-                        or attempt >= self.retries):
-                    if response.status_code >= 400:
+                status = response.status_code
+                # a 429 was refused before any work: safe to send again, whatever it was
+                retry = (status == 429 or (status in _RETRY_STATUS and retry_after_send))
+                if not retry or attempt >= self.retries:
+                    if status >= 400:
                         _raise_for(response)
                     return response
+                hinted = _retry_after(response)
+                if hinted is not None:  # the server says when: wait that long (30 s at most)
+                    time.sleep(min(30.0, hinted) * (1 + 0.2 * random.random()))
+                    attempt += 1
+                    continue
             time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
             attempt += 1
 
@@ -534,6 +551,16 @@ def _session(response: httpx.Response) -> Session:
     return Session.from_dict(msgspec.json.decode(response.content))
 
 
+def _retry_after(response: httpx.Response) -> float | None:
+    """Seconds from a ``Retry-After`` header in seconds (an HTTP date is not used)."""
+    value = response.headers.get("retry-after", "").strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if 0 <= seconds < 86_400 else None
+
+
 def _raise_for(response: httpx.Response) -> NoReturn:
     status = response.status_code
     try:
@@ -550,6 +577,11 @@ def _raise_for(response: httpx.Response) -> NoReturn:
         raise Conflict(message)
     if status == 400:
         raise ValueError(message)
+    hinted = _retry_after(response)
+    if status == 507:
+        raise StorageFull(message, retry_after=30.0 if hinted is None else hinted)
+    if status == 503 and kind in ("store_unavailable", "busy"):
+        raise StoreUnavailable(message, retry_after=1.0 if hinted is None else hinted)
     raise RemoteError(status, kind, message)
 
 
