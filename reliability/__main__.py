@@ -17,7 +17,7 @@ from typing import Any
 
 from .common import Result
 
-CHECKS = ("crash", "concurrency", "soak", "fuzz", "isolation")
+CHECKS = ("crash", "concurrency", "soak", "fuzz", "isolation", "hostile")
 """The registry: modules of this package, each with ``run(quick: bool) -> list[Result]``."""
 
 

@@ -97,9 +97,13 @@ class StoreUnavailable(ChatHistoryError):
     its file is read-only or locked. Retrying later may succeed; ``retry_after``
     is a hint in seconds (the HTTP service answers 503 with ``Retry-After``)."""
 
-    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+    def __init__(self, message: str, retry_after: float = 1.0, *, unreachable: bool = True
+                 ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.unreachable = unreachable
+        """The store cannot be reached at all (a server down or timing out), rather than
+        refusing some calls (a read-only or locked file, a full disk: reads still work)."""
 
 
 class StorageFull(StoreUnavailable):
@@ -107,5 +111,5 @@ class StorageFull(StoreUnavailable):
     or directory. (HTTP 507.)"""
 
     def __init__(self, message: str, where: str = "", retry_after: float = 30.0) -> None:
-        super().__init__(message, retry_after)
+        super().__init__(message, retry_after, unreachable=False)
         self.where = where

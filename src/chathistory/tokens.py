@@ -43,7 +43,9 @@ __all__ = [
     "TokenCounter",
     "anthropic_image_tokens",
     "cached_count",
+    "count_here",
     "get_counter",
+    "offload_large_texts",
     "openai_image_tokens",
 ]
 
@@ -215,8 +217,36 @@ class EncodingCounter(ChatCounter):
     def count_text(self, text: str) -> int:
         if not text:
             return 0
+        if len(text) > OFFLOAD_CHARS and _offload is not None:
+            return _offload(self.encoding, text)
         count = self._count or self._load()
         return count(text)
+
+
+OFFLOAD_CHARS = 256 * 1024
+"""``EncodingCounter`` texts longer than this go to ``offload_large_texts``' function."""
+_offload: Callable[[str, str], int] | None = None
+_local_counters: dict[str, EncodingCounter] = {}
+
+
+def offload_large_texts(count: Callable[[str, str], int] | None) -> None:
+    """Count every text over ``OFFLOAD_CHARS`` characters with ``count(encoding, text)``
+    instead of in the calling thread (None: in the calling thread again). The tokenizers
+    hold the GIL while they count (about 60 ms per MB), which would stall every other
+    thread of the process; the server passes a function that counts in a process pool
+    (``count_here`` there) and waits without the GIL."""
+    global _offload
+    _offload = count
+
+
+def count_here(encoding: str, text: str) -> int:
+    """``EncodingCounter(encoding).count_text(text)`` in this process (what an offload
+    function runs in its worker process)."""
+    counter = _local_counters.get(encoding)
+    if counter is None:
+        counter = _local_counters[encoding] = EncodingCounter(encoding)
+    count = counter._count or counter._load()
+    return count(text)
 
 
 class ApproxCounter(ChatCounter):

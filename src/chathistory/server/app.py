@@ -18,6 +18,7 @@ import contextvars
 import ipaddress
 import itertools
 import re
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -40,13 +41,15 @@ from .errors import HTTPError, error_body, error_headers
 from .logging import access_log, logger
 from .metrics import Metrics
 from .wire import JSON_TYPE, json_body
-from .work import StoreHealth, Work, current_tenant, store_call
+from .work import StoreHealth, Work, current_tenant, start_processes, store_call
 
 __all__ = ["App", "Context", "Endpoint", "Limits", "Param", "Service", "call_store", "create_app"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 DEFAULT_TENANT = "default"
+SWITCH_INTERVAL = 0.001
+"""``sys.setswitchinterval`` while serving (seconds)."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,8 @@ class Service:
         self.key_cache = auth.KeyCache(key_cache_seconds)
         self.metrics = Metrics()
         self.work = work or Work()
-        self.health = StoreHealth(recover=getattr(store, "recover", None))
+        self.health = StoreHealth(recover=getattr(store, "recover", None),
+                                  where=str(getattr(store, "path", "") or ""))
         self._keys_checked = 0.0
 
     async def open_mode(self) -> bool:
@@ -372,6 +376,10 @@ def create_app(store: Store, *, keys_required: bool = False,
     service = Service(store, keys_required=keys_required, asset_dir=asset_dir,
                       limits=limits or Limits(), key_cache_seconds=key_cache_seconds)
     store.counter.count_text("warm up")  # loads a tokenizer's tables now, not on a request
+    start_processes()  # long texts are counted there: the tokenizers hold the GIL
+    # a worker thread in Python code gives the GIL up after this long: the loop waits at
+    # most that long for it (Python's default, 5 ms, adds up over a request's steps)
+    sys.setswitchinterval(SWITCH_INTERVAL)
     from .viewer import viewer_routes
 
     api = [Route(spec.path, _endpoint(spec, service), methods=[spec.method])

@@ -30,16 +30,20 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import multiprocessing
+import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
 from ..errors import StoreUnavailable
 from ..stores.errors import translate_store_error
+from ..tokens import count_here, offload_large_texts
 from .errors import HTTPError
 
-__all__ = ["SMALL_BODY", "StoreHealth", "Work", "current_tenant"]
+__all__ = ["PROCESSES", "SMALL_BODY", "StoreHealth", "Work", "current_tenant",
+           "start_processes", "store_call"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -141,14 +145,40 @@ class Work:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+_processes: ProcessPoolExecutor | None = None
+PROCESSES = 2
+"""Processes that count long texts (``tokens.offload_large_texts``)."""
+
+
+def _count_in_processes(encoding: str, text: str) -> int:
+    assert _processes is not None
+    return _processes.submit(count_here, encoding, text).result()
+
+
+def start_processes() -> None:
+    """Count long texts in a pool of ``PROCESSES`` processes from now on (once per
+    process; the workers start now and load their tables in the background)."""
+    global _processes
+    if _processes is not None:
+        return
+    # niced: counting never takes a core from the serving threads
+    _processes = ProcessPoolExecutor(PROCESSES, mp_context=multiprocessing.get_context("spawn"),
+                                     initializer=os.nice, initargs=(10,))
+    for _ in range(PROCESSES):
+        _processes.submit(count_here, "o200k_base", "warm up")
+    offload_large_texts(_count_in_processes)
+
+
 class StoreHealth:
     """The store's circuit: closed while calls succeed; open for ``retry_after``
     seconds after a call found the store unreachable, letting one probe through
     every ``probe_every`` seconds."""
 
     def __init__(self, retry_after: float = 1.0, probe_every: float = 0.5,
-                 recover: Callable[[], object] | None = None) -> None:
+                 recover: Callable[[], object] | None = None, where: str = "") -> None:
         self.retry_after, self.probe_every = retry_after, probe_every
+        self.where = where
+        """The store's file, named in its errors (SQLite)."""
         self.recover = recover
         """The store's ``recover()`` (PostgreSQL: replace broken pooled connections),
         run in the work pool when the circuit opens."""
@@ -185,8 +215,8 @@ async def store_call(work: Work, health: StoreHealth, fn: Callable[P, T], /, *ar
     try:
         result = await work(fn, *args, **kwargs)
     except Exception as exc:
-        translated = translate_store_error(exc)
-        if isinstance(translated, StoreUnavailable):
+        translated = translate_store_error(exc, health.where)
+        if isinstance(translated, StoreUnavailable) and translated.unreachable:
             health.failed(translated, work)
         elif translated is None:
             health.succeeded()  # the store answered (a NotFound, a bad request...)

@@ -31,7 +31,7 @@ def translate_store_error(exc: BaseException, where: str = "") -> ChatHistoryErr
             return StorageFull(f"no space left on the disk of {place}", where=str(place))
         if exc.errno == errno.EROFS:
             return StoreUnavailable(f"{exc.filename or where or 'the store'} is on a read-only "
-                                    "file system", retry_after=30.0)
+                                    "file system", retry_after=30.0, unreachable=False)
         if exc.errno in (errno.EIO, errno.EDQUOT):
             return StoreUnavailable(f"disk error on {exc.filename or where or 'the store'}: "
                                     f"{exc.strerror}", retry_after=5.0)
@@ -67,11 +67,16 @@ def _sqlite(exc: sqlite3.OperationalError, where: str) -> ChatHistoryError | Non
         return StorageFull(f"no space left for {name}", where=where)
     if "readonly" in text or "read-only" in text:
         return StoreUnavailable(f"{name} is read-only (check the file's and its directory's "
-                                "permissions and the file system)", retry_after=30.0)
+                                "permissions and the file system)", retry_after=30.0,
+                                unreachable=False)
     if "locked" in text or "busy" in text:
-        return StoreUnavailable(f"{name} is locked by another writer", retry_after=1.0)
-    if "disk i/o error" in text or "unable to open" in text:
-        return StoreUnavailable(f"{name} cannot be read or written: {exc}", retry_after=5.0)
+        return StoreUnavailable(f"{name} is locked by another writer", retry_after=1.0,
+                                unreachable=False)
+    if "disk i/o error" in text:  # e.g. the file made immutable, a failing disk
+        return StoreUnavailable(f"{name} cannot be written ({exc}): check the file and its "
+                                "disk", retry_after=5.0, unreachable=False)
+    if "unable to open" in text:
+        return StoreUnavailable(f"{name} cannot be opened: {exc}", retry_after=5.0)
     return None
 
 

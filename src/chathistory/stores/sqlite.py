@@ -305,12 +305,15 @@ class SQLiteStore(BaseStore):
         self.timeout = float(timeout)
         self.synchronous = synchronous
         self._lock = threading.RLock()
+        # Writes go through one connection behind one lock (a transaction at a time);
+        # reads outside a transaction use a connection of their own thread, so a long
+        # read (a search over many sessions) never holds up another thread's read or
+        # write (WAL: readers see the last commit and never block the writer).
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._shared_only = self.path in ("", ":memory:") or self.path.startswith("file:")
         self._conn = self._connect()
         self._migrate()
-        # one connection behind one lock: calls run one at a time whatever thread makes
-        # them, so an async server runs them on its loop's thread (server.app.call_store)
-        # rather than paying a hand-off to a worker thread for nothing
-        self.runs_inline = True
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLiteStore:
@@ -366,6 +369,17 @@ class SQLiteStore(BaseStore):
         """One write transaction, other threads kept out until it ends; nested
         calls are savepoints, so an inner failure rolls back only its own part."""
         with self._lock:
+            depth = getattr(self._local, "atomic", 0)
+            self._local.atomic = depth + 1
+            try:
+                with self._atomic() as conn:
+                    yield conn
+            finally:
+                self._local.atomic = depth
+
+    @contextmanager
+    def _atomic(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
             conn = self._conn
             if conn.in_transaction:
                 conn.execute("SAVEPOINT nested")
@@ -385,11 +399,34 @@ class SQLiteStore(BaseStore):
                 raise
             conn.execute("COMMIT")
 
+    def _reader(self) -> sqlite3.Connection | None:
+        """This thread's read connection; None inside a transaction of this thread
+        (which reads its own writes) or for an in-memory database (one connection)."""
+        depth: int = getattr(self._local, "atomic", 0)
+        if self._shared_only or depth:
+            return None
+        conn: sqlite3.Connection | None = getattr(self._local, "reader", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None,
+                                   check_same_thread=False, cached_statements=256)
+            conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
+            conn.execute("PRAGMA query_only=ON")
+            self._local.reader = conn
+            with self._lock:
+                self._readers.append(conn)
+        return conn
+
     def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        reader = self._reader()
+        if reader is not None:
+            return reader.execute(sql, params).fetchall()
         with self._lock:
             return self._conn.execute(sql, params).fetchall()
 
     def _fetch_rows(self, sql: str, params: Sequence[Any]) -> list[Row]:
+        reader = self._reader()
+        if reader is not None:
+            return _rows(reader.execute(sql, params))
         with self._lock:
             return _rows(self._conn.execute(sql, params))
 
@@ -418,6 +455,9 @@ class SQLiteStore(BaseStore):
     def close(self) -> None:
         """Close the connection (the last one to close checkpoints the WAL)."""
         with self._lock:
+            for reader in self._readers:
+                reader.close()
+            self._readers.clear()
             self._conn.close()
 
     # ---------------------------------------------------------------- sessions

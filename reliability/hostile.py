@@ -1,0 +1,554 @@
+"""hostile: attacks on a real server while another tenant measures it (issue 17).
+
+Each attack runs against `chathistory serve` (uvicorn, one process, API keys for two
+tenants) on a loopback port, bounded in count and time. Meanwhile a probe, as the
+*other* tenant, reads its session's tail and `/healthz` every 20 ms; a row reports
+the probe's p99 and worst latency, its failures, and what the attack itself was
+answered. Servers and databases that an attack kills or breaks are private to it
+(a PostgreSQL cluster made with initdb, a redis-server, loop-mounted file systems),
+and everything is removed afterwards.
+
+Attacks (the issue's item numbers):
+- trickle (3): 32 imports of one tenant that announce 100 MB, send one line, then
+  nothing. Wanted: 2 are received (their coroutines only), the rest answered 429;
+  the probe keeps p99 < 50 ms.
+- big appends (11): two clients of one tenant post 9 MB appends back to back.
+- scan (11): a tenant with many sessions searches them (`q=`) back to back.
+- store down (4, 10): PostgreSQL (SIGKILL of its postmaster) and Redis (SIGKILL)
+  while a client appends: every answer during the outage is 503 with Retry-After in
+  under 2 s, `/healthz` 200, `/readyz` 503; appends succeed again within 1 s of the
+  database accepting connections; no acknowledged append is lost.
+- disk full / read-only (10): SQLite on an 8 MB ext4 file system filled up (507
+  naming the database; reads go on), then its files made immutable under the running
+  server (503 naming the file, with Retry-After; reads go on).
+- stalled disk (11): the SQLite file system frozen (fsfreeze) for 4 s: `/healthz`
+  keeps answering at once.
+Mounting needs root (CI runs as root); without it those rows are skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from .common import Result
+from .procs import (
+    RedisServer,
+    ServerProcess,
+    free_port,
+    postgres_reachable,
+    redis_available,
+    wait_until,
+)
+
+P99_LIMIT = 0.050
+"""The other tenant's p99 during an attack (seconds)."""
+
+
+@dataclass
+class Probe:
+    """Another tenant's reads and `/healthz`, every 20 ms, in a thread."""
+
+    url: str
+    key: str
+    session_id: str
+    latencies: list[float] = field(default_factory=list)
+    health: list[float] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> Probe:
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _loop(self) -> None:
+        headers = {"Authorization": f"Bearer {self.key}"}
+        path = f"/v1/sessions/{self.session_id}/messages?tail=5"
+        with httpx.Client(base_url=self.url, timeout=10) as client:
+            while not self._stop.is_set():
+                for target, into in ((path, self.latencies), ("/healthz", self.health)):
+                    started = time.perf_counter()
+                    try:
+                        status = client.get(target, headers=headers).status_code
+                    except httpx.HTTPError as exc:
+                        status = 0
+                        self.failures.append(f"{target}: {type(exc).__name__}")
+                    into.append(time.perf_counter() - started)
+                    if status != 200 and into is self.health:
+                        self.failures.append(f"/healthz: {status}")
+                    elif status != 200 and status != 503:
+                        self.failures.append(f"read: {status}")
+                self._stop.wait(0.02)
+
+    def p99(self) -> float:
+        return _percentile(self.latencies, 0.99)
+
+    def summary(self) -> str:
+        return (f"probe p99 {self.p99() * 1000:.1f} ms, max "
+                f"{max(self.latencies, default=0) * 1000:.0f} ms over {len(self.latencies)} "
+                f"reads; /healthz max {max(self.health, default=0) * 1000:.0f} ms")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass
+class Served:
+    server: ServerProcess
+    keys: dict[str, str]
+    probe_session: str
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def headers(self, tenant: str = "attacker") -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.keys[tenant]}"}
+
+    def probe(self) -> Probe:
+        return Probe(self.url, self.keys["probe"], self.probe_session)
+
+
+@contextlib.contextmanager
+def served(store_url: str, workdir: Path) -> Iterator[Served]:
+    """A server over ``store_url`` with keys for tenants ``attacker`` and ``probe``
+    (created in the store first, so the server requires keys)."""
+    from chathistory import Message, open_store
+    from chathistory.server import auth
+
+    store = open_store(store_url)
+    try:
+        keys = {t: auth.create_key(store, t, "hostile")[1] for t in ("attacker", "probe")}
+        session = store.create_session(tenant="probe")
+        store.append(session.id, [Message.user(f"probe {i}") for i in range(10)],
+                     tenant="probe")
+    finally:
+        store.close()
+    server = ServerProcess(store_url, workdir).wait_ready()
+    try:
+        yield Served(server, keys, session.id)
+    finally:
+        server.stop()
+
+
+def _row(check: str, target: str, probe: Probe, problems: list[str], started: float,
+         what: str) -> Result:
+    if probe.p99() > P99_LIMIT:
+        problems.append(f"probe p99 {probe.p99() * 1000:.0f} ms > {P99_LIMIT * 1000:.0f} ms")
+    problems += sorted(set(probe.failures))[:3]
+    detail = f"{what}; {probe.summary()}"
+    if problems:
+        detail += "\n    " + "; ".join(problems)
+    return Result(check, target, 1, 0 if problems else 1, 1 if problems else 0,
+                  time.monotonic() - started, detail)
+
+
+# ---------------------------------------------------------------- attacks
+
+
+def trickle(s: Served, target: str, hold: float) -> Result:
+    started = time.monotonic()
+    port = int(s.url.rsplit(":", 1)[1])
+    head = (f"POST /v1/import HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Authorization: Bearer {s.keys['attacker']}\r\n"
+            "Content-Type: application/x-ndjson\r\nContent-Length: 100000000\r\n\r\n"
+            '{"kind": "session"').encode()
+    sockets: list[socket.socket] = []
+    problems: list[str] = []
+    with s.probe() as probe:
+        for _ in range(32):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            sock.sendall(head)
+            sockets.append(sock)
+        time.sleep(hold)
+        refused = 0
+        for sock in sockets:
+            sock.setblocking(False)
+            with contextlib.suppress(OSError):
+                if b" 429 " in sock.recv(200).split(b"\r\n")[0]:
+                    refused += 1
+            sock.close()
+    if refused < 30:
+        problems.append(f"{refused} of 32 trickling imports refused with 429 (wanted 30)")
+    return _row("hostile: trickling imports", target, probe, problems, started,
+                f"32 imports announcing 100 MB, {refused} answered 429, held {hold:g} s")
+
+
+def big_appends(s: Served, target: str, seconds: float) -> Result:
+    started = time.monotonic()
+    text = "word " * (9 * 1024 * 1024 // 5)
+    body = {"messages": [{"role": "user", "parts": [{"type": "text", "text": text}]}]}
+    statuses: list[int] = []
+
+    def client() -> None:
+        with httpx.Client(base_url=s.url, timeout=60, headers=s.headers()) as c:
+            sid = c.post("/v1/sessions", json={}).json()["id"]
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                statuses.append(c.post(f"/v1/sessions/{sid}/messages", json=body).status_code)
+
+    with s.probe() as probe:
+        threads = [threading.Thread(target=client) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(seconds + 120)
+    problems = [] if statuses else ["no append finished"]
+    return _row("hostile: 9 MB appends", target, probe, problems, started,
+                f"2 clients, {len(statuses)} appends of 9 MB ({sorted(set(statuses))})")
+
+
+def scan(s: Served, target: str, sessions: int, seconds: float) -> Result:
+    started = time.monotonic()
+    with httpx.Client(base_url=s.url, timeout=60, headers=s.headers()) as c:
+        lines = []
+        for i in range(sessions):
+            sid = f"s{i:06d}"
+            lines.append(f'{{"kind":"session","session":{{"id":"{sid}","root_id":"{sid}",'
+                         f'"metadata":{{"n":{i}}}}}}}')
+        for a in range(0, len(lines), 20_000):
+            c.post("/v1/import", content="\n".join(lines[a:a + 20_000]).encode(),
+                   headers={"Content-Type": "application/x-ndjson"}).raise_for_status()
+        done: list[int] = []
+        with s.probe() as probe:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                done.append(c.get("/v1/sessions", params={"q": "no such words",
+                                                          "limit": 100}).status_code)
+    return _row("hostile: search scans", target, probe, [], started,
+                f"{sessions} sessions, {len(done)} searches ({sorted(set(done))})")
+
+
+def store_down(s: Served, target: str, kill: Callable[[], None], restart: Callable[[], None],
+               down_for: float) -> Result:
+    """A client appends (as the probe tenant) through an outage; every answer is
+    timed; acknowledged appends are counted back afterwards."""
+    started = time.monotonic()
+    problems: list[str] = []
+    log: list[tuple[float, float, int, str]] = []  # (sent, seconds, status, retry-after)
+    acknowledged: list[str] = []
+    stop = threading.Event()
+    session = s.probe_session
+
+    def writer() -> None:
+        with httpx.Client(base_url=s.url, timeout=30, headers=s.headers("probe")) as c:
+            while not stop.is_set():
+                mid = str(uuid.uuid4())
+                sent = time.monotonic()
+                try:
+                    r = c.post(f"/v1/sessions/{session}/messages",
+                               json={"messages": [{"id": mid, "role": "user", "parts": [
+                                   {"type": "text", "text": "during the outage"}]}]})
+                    status, retry = r.status_code, r.headers.get("retry-after", "")
+                except httpx.HTTPError:
+                    status, retry = 0, ""
+                log.append((sent, time.monotonic() - sent, status, retry))
+                if status in (200, 201):
+                    acknowledged.append(mid)
+                stop.wait(0.05)
+
+    health: list[tuple[float, int, int]] = []  # (seconds, /healthz, /readyz)
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    time.sleep(0.5)
+    kill()
+    killed = time.monotonic()
+    with httpx.Client(base_url=s.url, timeout=10) as c:
+        while time.monotonic() < killed + down_for:
+            t0 = time.monotonic()
+            h = c.get("/healthz").status_code
+            h_seconds = time.monotonic() - t0
+            ready = c.get("/readyz").status_code
+            health.append((h_seconds, h, ready))
+            time.sleep(0.1)
+    restart()
+    back = time.monotonic()
+    wait_until(lambda: any(sent > back and status in (200, 201)
+                           for sent, _, status, _ in log), "appends after the restart", 20)
+    first_ok = min(sent + took for sent, took, status, _ in log
+                   if sent > back and status in (200, 201))
+    stop.set()
+    thread.join(30)
+    during = [e for e in log if killed + 0.2 < e[0] < back]
+    # a 503 with Retry-After, or (a request that waited for a connection while the
+    # database came back) a success, each within 2 s
+    bad = [e for e in during if e[1] > 2.0 or e[2] not in (200, 201, 503)
+           or (e[2] == 503 and not e[3])]
+    if not during:
+        problems.append("no request during the outage")
+    if bad:
+        problems.append(f"{len(bad)} of {len(during)} answers during the outage were not a "
+                        f"503 with Retry-After or a success within 2 s (e.g. {bad[0][2]} in "
+                        f"{bad[0][1]:.1f} s)")
+    if any(h != 200 or took > 0.5 for took, h, _ in health):
+        problems.append("/healthz did not answer 200 at once during the outage")
+    if not any(ready == 503 for _, _, ready in health):
+        problems.append("/readyz never answered 503 during the outage")
+    resumed = first_ok - back
+    if resumed > 1.0:
+        problems.append(f"appends resumed {resumed:.1f} s after the store was back (> 1 s)")
+    from chathistory.server import auth  # noqa: F401  (the same package the server runs)
+
+    with httpx.Client(base_url=s.url, timeout=30, headers=s.headers("probe")) as c:
+        answer = c.get(f"/v1/sessions/{session}/messages", params={"start": 0})
+    if answer.status_code != 200:
+        problems.append(f"reading the session back: {answer.status_code} {answer.text[:200]}")
+    stored = ({m["id"] for m in answer.json()["messages"]} if answer.status_code == 200
+              else set())
+    lost = [m for m in acknowledged if m not in stored]
+    if lost:
+        problems.append(f"{len(lost)} acknowledged appends lost")
+    worst = max((took for _, took, _, _ in during), default=0.0)
+    what = (f"{len(during)} answers while down (worst {worst:.2f} s), resumed "
+            f"{resumed:.2f} s after the restart, {len(acknowledged)} acknowledged, "
+            f"{len(lost)} lost")
+    return Result("hostile: store down", target, 1, 0 if problems else 1, 1 if problems else 0,
+                  time.monotonic() - started, what + ("\n    " + "; ".join(problems)
+                                                      if problems else ""))
+
+
+# ---------------------------------------------------------------- private databases
+
+
+class PrivatePostgres:
+    """A PostgreSQL cluster of its own (initdb as the ``postgres`` user), to kill."""
+
+    def __init__(self) -> None:
+        bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+        if not bins or shutil.which("runuser") is None:
+            raise RuntimeError("PostgreSQL server binaries or runuser not found")
+        self.bin = bins[-1]
+        # a directory the postgres user can reach (a temporary directory is root's only)
+        self.dir = Path(tempfile.mkdtemp(prefix="hostile-pg-"))
+        self.dir.chmod(0o755)
+        self.port = free_port()
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        shutil.chown(self.dir, "postgres", "postgres")
+        self._as_postgres(str(self.bin / "initdb"), "-D", str(self.dir / "data"), "-A", "trust",
+                          "-U", "postgres", "--no-sync")
+
+    def _as_postgres(self, *args: str) -> None:
+        subprocess.run(["runuser", "-u", "postgres", "--", *args], check=True,
+                       capture_output=True, timeout=120)
+
+    def start(self) -> None:
+        self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-w", "-l",
+                          str(self.dir / "log"), "-o",
+                          f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 "
+                          "-c fsync=off", "start")
+
+    def kill(self) -> None:
+        pid = int((self.dir / "data" / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, 9)
+        wait_until(lambda: not Path(f"/proc/{pid}").exists(), "postmaster gone", 10)
+        with contextlib.suppress(OSError):  # the backends die with it (or soon after)
+            subprocess.run(["pkill", "-9", "-u", "postgres", "-f", str(self.dir)], timeout=10)
+        time.sleep(0.2)
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-m",
+                              "immediate", "stop")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def mounted(kind: str, size_mb: int) -> Iterator[Path]:
+    """A file system of its own: ``tmpfs`` or a loop-mounted ext4 image."""
+    base = Path(tempfile.mkdtemp(prefix=f"hostile-{kind}-"))
+    point = base / "mnt"
+    point.mkdir()
+    image = base / "image"
+    try:
+        if kind == "tmpfs":
+            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs",
+                            str(point)], check=True, capture_output=True, timeout=30)
+        else:
+            subprocess.run(["truncate", "-s", f"{size_mb}M", str(image)], check=True)
+            subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True,
+                           capture_output=True, timeout=60)
+            subprocess.run(["mount", "-o", "loop", str(image), str(point)], check=True,
+                           capture_output=True, timeout=30)
+        yield point
+    finally:
+        with contextlib.suppress(Exception):
+            subprocess.run(["fsfreeze", "-u", str(point)], capture_output=True, timeout=10)
+        with contextlib.suppress(Exception):
+            subprocess.run(["umount", "-l", str(point)], capture_output=True, timeout=30)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def can_mount() -> str | None:
+    if os.geteuid() != 0:
+        return "not root: cannot mount the file systems these attacks break"
+    try:
+        with mounted("tmpfs", 1):
+            pass
+    except Exception as exc:
+        return f"cannot mount a tmpfs here: {exc}"
+    return None
+
+
+def disk_full(workdir: Path) -> Result:
+    started = time.monotonic()
+    problems: list[str] = []
+    with (mounted("ext4", 8) as point,
+          served(f"sqlite:///{point}/full.db", workdir) as s,
+          s.probe() as probe,
+          httpx.Client(base_url=s.url, timeout=30, headers=s.headers()) as c):
+        sid = c.post("/v1/sessions", json={}).json()["id"]
+        filler = "x" * 200_000
+        seen: list[int] = []
+        acknowledged: list[str] = []
+        for _ in range(60):
+            mid = str(uuid.uuid4())
+            r = c.post(f"/v1/sessions/{sid}/messages", json={"messages": [
+                {"id": mid, "role": "user", "parts": [{"type": "text", "text": filler}]}]})
+            seen.append(r.status_code)
+            if r.status_code in (200, 201):
+                acknowledged.append(mid)
+            if r.status_code == 507:
+                body = r.json()["error"]
+                if "full.db" not in body["message"]:
+                    problems.append(f"the 507 does not name the database: {body}")
+                break
+        if 507 not in seen:
+            problems.append(f"no 507 while filling the disk ({sorted(set(seen))})")
+        if any(code not in (200, 201, 507) for code in seen):
+            problems.append(f"answers while filling: {sorted(set(seen))}")
+        stored = {m["id"] for m in c.get(f"/v1/sessions/{sid}/messages",
+                                         params={"start": 0}).json()["messages"]}
+        if any(m not in stored for m in acknowledged):
+            problems.append("an acknowledged append was lost")
+        # the file made unwritable under the running server (immutable: root can't
+        # write it either; the -shm file stays writable, SQLite maps it)
+        files = [str(point / "full.db"), str(point / "full.db-wal")]
+        subprocess.run(["chattr", "+i", *files], check=True, capture_output=True, timeout=30)
+        try:
+            r = c.post(f"/v1/sessions/{sid}/messages", json={"messages": [
+                {"role": "user", "parts": [{"type": "text", "text": "read-only"}]}]})
+            if r.status_code != 503 or "full.db" not in r.text or not r.headers.get(
+                    "retry-after"):
+                problems.append(f"a write to the unwritable file answered {r.status_code} "
+                                f"{r.text[:200]}")
+            reread = c.get(f"/v1/sessions/{sid}/messages", params={"tail": 1})
+            if reread.status_code != 200:
+                problems.append(f"a read of the unwritable file answered {reread.status_code}")
+        finally:
+            subprocess.run(["chattr", "-i", *files], capture_output=True, timeout=30)
+    return _row("hostile: disk full, unwritable", "sqlite", probe, problems, started,
+                f"{len(acknowledged)} appends acknowledged, then {seen[-1]}; unwritable "
+                f"file: {r.status_code}")
+
+
+def stalled_disk(workdir: Path, freeze: float) -> Result:
+    started = time.monotonic()
+    problems: list[str] = []
+    with mounted("ext4", 64) as point, served(f"sqlite:///{point}/frozen.db", workdir) as s:
+        writer_done = threading.Event()
+
+        def writer() -> None:
+            with httpx.Client(base_url=s.url, timeout=30, headers=s.headers()) as c:
+                sid = c.post("/v1/sessions", json={}).json()["id"]
+                while not writer_done.is_set():
+                    c.post(f"/v1/sessions/{sid}/messages", json={"messages": [
+                        {"role": "user", "parts": [{"type": "text", "text": "frozen"}]}]})
+
+        thread = threading.Thread(target=writer, daemon=True)
+        health: list[float] = []
+        thread.start()
+        time.sleep(0.3)
+        subprocess.run(["fsfreeze", "-f", str(point)], check=True, timeout=30)
+        try:
+            with httpx.Client(base_url=s.url, timeout=10) as c:
+                end = time.monotonic() + freeze
+                while time.monotonic() < end:
+                    t0 = time.monotonic()
+                    if c.get("/healthz").status_code != 200:
+                        problems.append("/healthz failed during the freeze")
+                    health.append(time.monotonic() - t0)
+                    time.sleep(0.05)
+        finally:
+            subprocess.run(["fsfreeze", "-u", str(point)], check=True, timeout=30)
+        writer_done.set()
+        thread.join(30)
+    worst = max(health, default=0.0)
+    if worst > 0.1:
+        problems.append(f"/healthz took {worst * 1000:.0f} ms during the freeze")
+    return Result("hostile: stalled disk", "sqlite", 1, 0 if problems else 1,
+                  1 if problems else 0, time.monotonic() - started,
+                  f"fsfreeze {freeze:g} s; /healthz max {worst * 1000:.0f} ms over "
+                  f"{len(health)} requests" + ("\n    " + "; ".join(problems) if problems
+                                               else ""))
+
+
+def skipped(check: str, target: str, why: str) -> Result:
+    return Result(check, target, 0, 0, 0, 0.0, f"skipped: {why}", informational=True)
+
+
+def run(quick: bool = False) -> list[Result]:
+    results: list[Result] = []
+    hold = 3.0 if quick else 10.0
+    seconds = 3.0 if quick else 10.0
+    with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
+        workdir = Path(tmp)
+        with served(f"sqlite:///{workdir}/h.db", workdir) as s:
+            results.append(trickle(s, "sqlite", hold))
+            results.append(big_appends(s, "sqlite", seconds))
+            results.append(scan(s, "sqlite", 5_000 if quick else 50_000, seconds))
+        why = postgres_reachable()
+        if why is None and os.geteuid() == 0:
+            pg = PrivatePostgres()
+            pg.start()
+            try:
+                with served(pg.url, workdir) as s:
+                    results.append(store_down(s, "postgres", pg.kill, pg.start,
+                                              2.0 if quick else 5.0))
+            finally:
+                pg.stop()
+        else:
+            results.append(skipped("hostile: store down", "postgres",
+                                   why or "not root: cannot run a private PostgreSQL"))
+        why = redis_available()
+        if why is None:
+            redis = RedisServer(workdir / "redis", "--appendonly", "yes", "--appendfsync",
+                                "always").start()
+            try:
+                with served(redis.url, workdir) as s:
+                    results.append(store_down(s, "redis", redis.kill, redis.start,
+                                              2.0 if quick else 5.0))
+            finally:
+                redis.stop()
+        else:
+            results.append(skipped("hostile: store down", "redis", why))
+        why = can_mount()
+        if why is None:
+            results.append(disk_full(workdir))
+            results.append(stalled_disk(workdir, 4.0))
+        else:
+            results.append(skipped("hostile: disk full, unwritable", "sqlite", why))
+            results.append(skipped("hostile: stalled disk", "sqlite", why))
+    return results

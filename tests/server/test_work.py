@@ -1,0 +1,89 @@
+"""The execution model (``server.work``): tenant shares of the work pool, the store
+circuit, and long texts counted in other processes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from chathistory import StoreUnavailable
+from chathistory.server.errors import HTTPError
+from chathistory.server.work import StoreHealth, Work, start_processes, store_call
+from chathistory.tokens import EncodingCounter, count_here, offload_large_texts
+
+
+def test_a_tenant_past_its_share_is_answered_429_and_others_still_run() -> None:
+    work = Work(threads=4, per_tenant=2, queue=3, wait_seconds=5)
+    release = threading.Event()
+
+    async def main() -> tuple[list[object], float]:
+        hog = [asyncio.ensure_future(work.run_as("hog", release.wait, 5)) for _ in range(5)]
+        await asyncio.sleep(0.1)  # 2 running, 3 waiting: the queue is full
+        with pytest.raises(HTTPError) as refused:
+            await work.run_as("hog", time.sleep, 0)
+        assert refused.value.status == 429 and refused.value.headers["Retry-After"]
+        started = time.perf_counter()
+        assert await work.run_as("other", sum, [1, 2]) == 3  # its own share: no wait
+        other_took = time.perf_counter() - started
+        release.set()
+        return await asyncio.gather(*hog), other_took
+
+    results, other_took = asyncio.run(main())
+    assert results == [True] * 5 and other_took < 2.0
+    assert work.load() == {"tenants": 0, "running": 0, "waiting": 0}  # nothing left behind
+    work.shutdown()
+
+
+def test_the_circuit_answers_at_once_while_the_store_is_down_and_closes_on_success() -> None:
+    work = Work(threads=2)
+    recovered: list[bool] = []
+    health = StoreHealth(probe_every=0.2, recover=lambda: recovered.append(True))
+    calls: list[str] = []
+    down = True
+
+    def store_method() -> str:
+        calls.append("call")
+        if down:
+            raise ConnectionRefusedError("connection refused")
+        return "ok"
+
+    async def main() -> None:
+        nonlocal down
+        with pytest.raises(StoreUnavailable):
+            await store_call(work, health, store_method)
+        assert len(calls) == 1 and health.down is not None
+        started = time.perf_counter()
+        for _ in range(20):  # answered without calling the store
+            with pytest.raises(StoreUnavailable):
+                await store_call(work, health, store_method)
+        assert len(calls) == 1 and time.perf_counter() - started < 0.1
+        await asyncio.sleep(0.25)
+        down = False  # the store is back: the next probe closes the circuit
+        assert await store_call(work, health, store_method) == "ok"
+        assert health.down is None and len(calls) == 2
+        await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    assert recovered == [True]  # the store's recover() ran once, when it opened
+    work.shutdown()
+
+
+def test_long_texts_counted_in_processes_equal_counts_here() -> None:
+    start_processes()
+    text = "Zażółć gęślą jaźń <|endoftext|> and some words. " * 8_000  # ~400 KB
+    counter = EncodingCounter("o200k_base")
+    offloaded = counter.count_text(text)
+    offload_large_texts(None)
+    try:
+        assert offloaded == counter.count_text(text) == count_here("o200k_base", text)
+    finally:
+        start_processes_again()
+
+
+def start_processes_again() -> None:
+    from chathistory.server import work
+
+    offload_large_texts(work._count_in_processes)
