@@ -162,3 +162,35 @@ def test_get_counter_specs() -> None:
         get_counter("no-such-model")
     with pytest.raises(ValueError, match="name"):
         CallableCounter(len, name="")
+
+
+@pytest.mark.parametrize(("name", "encoding"), [
+    ("gpt-4o", "o200k_base"), ("gpt-4o-mini-2024-07-18", "o200k_base"),
+    ("chatgpt-4o-latest", "o200k_base"), ("gpt-4.1-nano", "o200k_base"),
+    ("gpt-5", "o200k_base"), ("gpt-5.1-codex", "o200k_base"), ("o3-mini", "o200k_base"),
+    ("ft:gpt-4o-mini:org::abc123", "o200k_base"), ("gpt-4", "cl100k_base"),
+    ("gpt-4-turbo", "cl100k_base"), ("gpt-3.5-turbo-0125", "cl100k_base"),
+    ("gpt-35-turbo", "cl100k_base"), ("text-embedding-3-small", "cl100k_base"),
+    ("gpt-4o" + "-x" * 40, "o200k_base"),  # 86 characters: still a name
+    ("gpt-4o-" + "x" * 100, None), ("o1x", None), ("gpt-4o mini", None), ("gpt-4o/..", None),
+    ("llama-3", None), ("", None), ("ft:", None),
+])
+def test_model_names_come_from_a_closed_table(name: str, encoding: str | None) -> None:
+    from chathistory.tokens import model_encoding
+
+    assert model_encoding(name) == encoding
+
+
+def test_the_counter_cache_never_holds_a_made_up_name() -> None:
+    """Was: every name starting with a model prefix was cached, 4 MB names included."""
+    import uuid
+
+    from chathistory import tokens
+
+    for _ in range(200):
+        assert get_counter(f"gpt-4o-{uuid.uuid4()}") is get_counter("o200k_base")
+    huge = "gpt-4o-" + "x" * (4 * 1024 * 1024)
+    with pytest.raises(ValueError, match="unknown tokenizer") as caught:
+        get_counter(huge)
+    assert len(str(caught.value)) < 500  # not echoed whole
+    assert set(tokens._counters) <= {"o200k_base", "cl100k_base", "approx"}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
@@ -45,6 +46,7 @@ __all__ = [
     "cached_count",
     "count_here",
     "get_counter",
+    "model_encoding",
     "offload_large_texts",
     "openai_image_tokens",
 ]
@@ -291,37 +293,63 @@ class CallableCounter(ChatCounter):
 
 
 _MODEL_ENCODINGS = (
-    ("gpt-4o", "o200k_base"), ("gpt-4.1", "o200k_base"), ("gpt-4.5", "o200k_base"),
-    ("gpt-5", "o200k_base"), ("o1", "o200k_base"), ("o3", "o200k_base"), ("o4", "o200k_base"),
-    ("gpt-4", "cl100k_base"), ("gpt-3.5", "cl100k_base"), ("text-embedding", "cl100k_base"),
+    ("gpt-4o", "o200k_base"), ("chatgpt-4o", "o200k_base"), ("gpt-4.1", "o200k_base"),
+    ("gpt-4.5", "o200k_base"), ("gpt-5", "o200k_base"), ("o1", "o200k_base"),
+    ("o3", "o200k_base"), ("o4", "o200k_base"), ("gpt-4", "cl100k_base"),
+    ("gpt-3.5", "cl100k_base"), ("gpt-35", "cl100k_base"), ("text-embedding", "cl100k_base"),
 )
+"""OpenAI model families -> their encoding (more specific names first)."""
+_MODEL_SUFFIX = re.compile(r"[-.:@][A-Za-z0-9._:@-]*")
+MAX_COUNTER_NAME = 100
+"""The longest counter name ``get_counter`` accepts (model names are far shorter)."""
 _counters: dict[str, TokenCounter] = {}
+"""One counter per canonical name (o200k_base, cl100k_base, approx): never keyed by a
+name a caller chose, so it cannot grow (model names resolve to their encoding's)."""
+
+
+def model_encoding(name: str) -> str | None:
+    """The encoding of an OpenAI model name (``gpt-4o-mini`` -> ``o200k_base``), None
+    for anything else. A name is a known family (``gpt-4o``, ``gpt-4.1``, ``o3``,
+    ``gpt-3.5``, ...), optionally after ``ft:`` and followed by a suffix that starts
+    with ``-``, ``.``, ``:`` or ``@`` and holds only letters, digits and those,
+    at most ``MAX_COUNTER_NAME`` characters in all."""
+    if not isinstance(name, str) or len(name) > MAX_COUNTER_NAME:
+        return None
+    model = name.removeprefix("ft:")
+    for family, encoding in _MODEL_ENCODINGS:
+        if model == family or (model.startswith(family)
+                               and _MODEL_SUFFIX.fullmatch(model, len(family))):
+            return encoding
+    return None
 
 
 def get_counter(spec: str | TokenCounter | Callable[[str], int] | None = None) -> TokenCounter:
     """A counter from a name: ``o200k_base`` (the default), ``cl100k_base``,
-    ``approx``, or an OpenAI model name (``gpt-4o`` -> o200k_base); a counter is
-    returned as is and a plain callable is wrapped in ``CallableCounter``."""
+    ``approx``, or an OpenAI model name (``gpt-4o`` -> o200k_base, see
+    ``model_encoding``); a counter is returned as is and a plain callable is wrapped
+    in ``CallableCounter``. Any other name raises ``ValueError``."""
     if spec is None:
         spec = "o200k_base"
     if isinstance(spec, str):
         found = _counters.get(spec)
         if found is not None:
             return found
+        counter: TokenCounter
         if spec in ("o200k_base", "cl100k_base"):
-            counter: TokenCounter = EncodingCounter(spec)
+            counter = EncodingCounter(spec)
         elif spec == "approx":
             counter = ApproxCounter()
         else:
-            encoding = next((e for prefix, e in _MODEL_ENCODINGS if spec.startswith(prefix)), None)
+            encoding = model_encoding(spec)
             if encoding is None:
+                shown = spec if len(spec) <= 60 else spec[:60] + "..."
                 raise ValueError(
-                    f"unknown tokenizer {spec!r}: use o200k_base, cl100k_base, approx, an "
-                    "OpenAI model name, a TokenCounter or a callable"
+                    f"unknown tokenizer {shown!r}: use o200k_base, cl100k_base, approx, an "
+                    "OpenAI model name (gpt-4o, gpt-4.1-mini, o3, gpt-3.5-turbo, ...), a "
+                    "TokenCounter or a callable"
                 )
-            counter = get_counter(encoding)
-        _counters[spec] = counter
-        return counter
+            return get_counter(encoding)
+        return _counters.setdefault(spec, counter)  # two threads at once: one wins
     if isinstance(spec, (ChatCounter, TokenCounter)):  # ChatCounter first: no protocol check
         return spec
     if callable(spec):

@@ -159,7 +159,7 @@ def test_window_keep_system_and_counter(served: Served, a: httpx.Client) -> None
                   params={"max_tokens": 80, "counter": "o200k_base"}).json()
     assert ids(exact)[-1] == rest[-1]["id"]
     unknown = a.get(f"/v1/sessions/{sid}/messages", params={"max_tokens": 80, "counter": "zz"})
-    assert unknown.status_code == 400
+    assert unknown.status_code == 422 and unknown.json()["error"]["path"] == "counter"
 
 
 def test_validation_errors_name_the_path_and_store_nothing(served: Served,

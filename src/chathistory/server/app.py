@@ -62,6 +62,10 @@ class Limits:
     """An uploaded asset (413 past it, nothing kept)."""
     import_bytes: int = 1024 * 1024 * 1024
     """A whole ``/v1/import`` body (it is streamed; each line is held to ``json_bytes``)."""
+    inline_bytes: int = 20 * 1024 * 1024
+    """Attachment bytes one ``?format=`` read may inline (each stored asset once); past
+    it a 422 that says to ask with ``assets=url``. 20 MiB: base64 makes it 26.7 MiB,
+    within every provider's request limit (Anthropic's 32 MB is the smallest)."""
 
 
 class Service:

@@ -15,6 +15,7 @@ from prometheus_client import generate_latest as _generate
 
 __all__ = ["Metrics"]
 
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -33,6 +34,8 @@ class Metrics:
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        if method not in _METHODS:  # any token parses as a method: a label per made-up
+            method = "other"        # one would grow the registry without bound
         key = (method, route, status)
         found = self._children.get(key)
         if found is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import Conflict
+from ..errors import Conflict, InvalidMessage
 from ..model import KVStatus
 from ..reduce import MessageCountReducer, TokenBudgetReducer, TruncationReducer
 from ..reduce.base import Reducer
@@ -28,12 +28,18 @@ WINDOW_STATE_KEY = "chathistory.window"
 """Where ``plan_window`` keeps the window's layout in ``Session.state``."""
 
 
-def counter_for(store: Store, name: str | None) -> TokenCounter:
+def counter_for(store: Store, name: str | None, path: str = "$.counter") -> TokenCounter:
     """The counter named ``name``: the store's own when it is that one (a name such
-    as ``approx:4`` that ``get_counter`` does not parse), else ``get_counter``'s."""
+    as ``approx:4`` that ``get_counter`` does not parse), else ``get_counter``'s, which
+    knows a closed set of names (encodings, ``approx``, OpenAI model names of bounded
+    length) and caches none a client made up. Any other name is ``InvalidMessage``
+    at ``path`` (the body's field, or the query parameter)."""
     if name is None or name == store.counter.name:
         return store.counter
-    return get_counter(name)
+    try:
+        return get_counter(name)
+    except ValueError as exc:
+        raise InvalidMessage(str(exc), path) from None
 
 
 def _reducer(body: ReduceBody, store: Store) -> Reducer:
@@ -74,12 +80,12 @@ def plan_window(store: Store, tenant: str, session_id: str, body: WindowBody,
     turn comes from ``session.state["chathistory.window"]`` (so any server process
     can plan the next turn), evicted messages are marked in the store, and the new
     layout is saved with the session's version checked."""
+    counter = counter_for(store, body.counter)  # a bad name fails before any read
     session = store.get_session(session_id, tenant=tenant)
     if expected_version is not None and session.version != expected_version:
         raise PreconditionFailed(f"session {session_id!r} is at version {session.version}, "
                                  f"not {expected_version}")
     live = store.range(session_id, tenant=tenant, include_marked=False)
-    counter = counter_for(store, body.counter)
     settings: dict[str, Any] = {
         "max_tokens": body.max_tokens,
         "low_water_tokens": body.low_water_tokens,

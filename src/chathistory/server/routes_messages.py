@@ -4,13 +4,13 @@ provider's format), context, one message, pop, clear, mark, reduce, window."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from starlette.responses import Response
 
 from ..errors import InvalidMessage, NotFound
-from ..model import Attachment, KVStatus, Message
+from ..model import Attachment, KVStatus, MediaPart, Message, ToolResult
 from ..stores.engine import Engine
 from ..window import WindowPlan
 from .app import Context, Endpoint, Param, call_store, run
@@ -86,6 +86,8 @@ async def read_messages(ctx: Context) -> Response:
     params = request.query_params
     selector = _exactly_one_selector(ctx)
     fmt = query_str(request, "format")
+    if "assets" in params and not fmt:
+        raise ValueError("assets applies to format only")
     store = ctx.store
     # without a format the stored JSON goes out as it is, never decoded (an Engine's *_json)
     engine = store if not fmt and isinstance(store, Engine) else None
@@ -96,7 +98,7 @@ async def read_messages(ctx: Context) -> Response:
             raise ValueError("include_marked does not apply to max_tokens (marked messages "
                              "never count toward a window)")
         max_tokens = query_int(request, "max_tokens")
-        counter = counter_for(store, query_str(request, "counter") or None)
+        counter = counter_for(store, query_str(request, "counter") or None, "counter")
         call = engine.window_json if engine else store.window
         found = await call_store(call, sid, max_tokens or 0, counter, tenant=ctx.tenant,
                                  keep_system=query_bool(request, "keep_system"))
@@ -121,9 +123,56 @@ async def read_messages(ctx: Context) -> Response:
     return json_response(MessagesOut(found))
 
 
+ASSET_MODES = ("inline", "url")
+"""``?assets=``: stored attachments inlined as bytes (each at most once per response,
+``Limits.inline_bytes`` in all), or as URLs of ``GET /v1/assets/{sha256}``."""
+
+
+def _inline_error(message: str) -> HTTPError:
+    return HTTPError(422, "inline_limit", message + ": ask with assets=url for each "
+                     "attachment as the URL of GET /v1/assets/{sha256} instead of its bytes, "
+                     "or without format= for the stored messages (references by sha256)")
+
+
+def _check_inline(messages: list[Message], limit: int) -> None:
+    """Refuse, before any asset is read, a response that would inline one stored asset
+    twice or more than ``limit`` bytes of attachments (the sizes the messages record;
+    the resolver checks the bytes it actually loads)."""
+    first: dict[str, str] = {}
+    total = 0
+    for path, attachment in _attachments(messages):
+        if attachment.data is not None:  # inline in the message itself
+            total += len(attachment.data)
+        elif attachment.sha256 in first:
+            raise _inline_error(f"attachment {attachment.sha256} at {path} was inlined at "
+                                f"{first[attachment.sha256]} already (a response inlines "
+                                "an asset's bytes once)")
+        else:
+            first[attachment.sha256] = path
+            total += max(0, attachment.size)
+        if total > limit:
+            raise _inline_error(f"the attachments up to {path} come to over {limit} bytes, "
+                                "the limit of one response")
+
+
+def _attachments(messages: list[Message]) -> Iterator[tuple[str, Attachment]]:
+    """Every attachment of ``messages`` with its path (``$[3].parts[1].attachment``)."""
+    for i, message in enumerate(messages):
+        for j, part in enumerate(message.parts):
+            if isinstance(part, MediaPart) and part.attachment is not None:
+                yield f"$[{i}].parts[{j}].attachment", part.attachment
+            elif isinstance(part, ToolResult) and not isinstance(part.content, str):
+                for k, item in enumerate(part.content):
+                    if isinstance(item, MediaPart) and item.attachment is not None:
+                        yield f"$[{i}].parts[{j}].content[{k}].attachment", item.attachment
+
+
 async def _formatted(ctx: Context, fmt: str, messages: list[Message]) -> Any:
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")
+    mode = query_str(ctx.request, "assets") or "inline"
+    if mode not in ASSET_MODES:
+        raise InvalidMessage(f"assets must be one of {', '.join(ASSET_MODES)}", "assets")
     module_name, function, key = FORMATS[fmt]
     try:
         module = importlib.import_module(f"chathistory.formats.{module_name}")
@@ -131,13 +180,33 @@ async def _formatted(ctx: Context, fmt: str, messages: list[Message]) -> Any:
     except (ImportError, AttributeError):
         raise HTTPError(400, "bad_request", "format not available") from None
     store, assets, tenant = ctx.store, ctx.service.assets, ctx.tenant
+    limit = ctx.service.limits.inline_bytes
+    base = str(ctx.request.base_url).rstrip("/")
+    loaded: set[str] = set()
+    inlined = 0
 
-    def resolver(attachment: Attachment) -> bytes:
-        if assets.info(tenant, attachment.sha256) is not None:
-            return assets.get(tenant, attachment.sha256)
-        return store.get_asset(attachment.sha256, tenant=tenant)
+    def resolver(attachment: Attachment) -> bytes | str:
+        nonlocal inlined
+        if mode == "url":
+            return f"{base}/v1/assets/{attachment.sha256}"
+        if attachment.sha256 in loaded:  # _check_inline refused it; never load twice
+            raise _inline_error(f"attachment {attachment.sha256} is referenced again")
+        info = assets.info(tenant, attachment.sha256)
+        if info is not None and inlined + info.size > limit:
+            raise _inline_error(f"attachment {attachment.sha256} takes the response over "
+                                f"{limit} bytes")
+        data = (assets.get(tenant, attachment.sha256) if info is not None
+                else store.get_asset(attachment.sha256, tenant=tenant))
+        loaded.add(attachment.sha256)
+        inlined += len(data)
+        if inlined > limit:
+            raise _inline_error(f"attachment {attachment.sha256} takes the response over "
+                                f"{limit} bytes")
+        return data
 
     def build() -> Any:
+        if mode == "inline":
+            _check_inline(messages, limit)
         try:
             return convert(messages, resolver=resolver)
         except NotFound as exc:  # an attachment whose bytes are gone
@@ -205,6 +274,9 @@ _SELECTORS = (
     Param("include_marked", "boolean", "with tail or start: include marked messages"),
     Param("format", description="openai_chat | openai_responses | anthropic | gemini: "
           "answer in that provider's request shape"),
+    Param("assets", description="with format: inline (default; each stored attachment's "
+          "bytes at most once per response, Limits.inline_bytes in all, else 422) | url "
+          "(the URL of GET /v1/assets/{sha256} instead)"),
 )
 
 ROUTES = [
