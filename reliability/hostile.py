@@ -29,6 +29,8 @@ Mounting needs root (CI runs as root); without it those rows are skipped.
 from __future__ import annotations
 
 import contextlib
+import json
+import multiprocessing
 import os
 import shutil
 import socket
@@ -40,6 +42,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -57,9 +60,35 @@ P99_LIMIT = 0.050
 """The other tenant's p99 during an attack (seconds)."""
 
 
+def _probe_main(url: str, key: str, session_id: str, stop: Any, out: Any) -> None:
+    """The probe's loop, in a process of its own (so the harness's attack threads never
+    hold the GIL it needs to measure): reads and /healthz until ``stop`` is set."""
+    latencies: list[float] = []
+    health: list[float] = []
+    failures: list[str] = []
+    headers = {"Authorization": f"Bearer {key}"}
+    path = f"/v1/sessions/{session_id}/messages?tail=5"
+    with httpx.Client(base_url=url, timeout=10) as client:
+        while not stop.is_set():
+            for target, into in ((path, latencies), ("/healthz", health)):
+                started = time.perf_counter()
+                try:
+                    status = client.get(target, headers=headers).status_code
+                except httpx.HTTPError as exc:
+                    status = 0
+                    failures.append(f"{target}: {type(exc).__name__}")
+                into.append(time.perf_counter() - started)
+                if status != 200 and into is health:
+                    failures.append(f"/healthz: {status}")
+                elif status not in (200, 503):
+                    failures.append(f"read: {status}")
+            stop.wait(0.02)
+    out.send((latencies, health, failures))
+
+
 @dataclass
 class Probe:
-    """Another tenant's reads and `/healthz`, every 20 ms, in a thread."""
+    """Another tenant's reads and `/healthz`, every 20 ms, in a process of its own."""
 
     url: str
     key: str
@@ -67,37 +96,32 @@ class Probe:
     latencies: list[float] = field(default_factory=list)
     health: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _stop: Any = None
+    _process: Any = None
+    _pipe: Any = None
 
     def __enter__(self) -> Probe:
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
+        context = multiprocessing.get_context("spawn")
+        self._stop = context.Event()
+        self._pipe, child = context.Pipe(duplex=False)
+        self._process = context.Process(target=_probe_main, daemon=True, args=(
+            self.url, self.key, self.session_id, self._stop, child))
+        self._process.start()
+        ready = time.monotonic() + 30
+        while not self.ready() and time.monotonic() < ready:  # the child is importing
+            time.sleep(0.05)
         return self
+
+    def ready(self) -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            return bool(httpx.get(self.url + "/healthz", timeout=2).status_code == 200)
+        return False
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def _loop(self) -> None:
-        headers = {"Authorization": f"Bearer {self.key}"}
-        path = f"/v1/sessions/{self.session_id}/messages?tail=5"
-        with httpx.Client(base_url=self.url, timeout=10) as client:
-            while not self._stop.is_set():
-                for target, into in ((path, self.latencies), ("/healthz", self.health)):
-                    started = time.perf_counter()
-                    try:
-                        status = client.get(target, headers=headers).status_code
-                    except httpx.HTTPError as exc:
-                        status = 0
-                        self.failures.append(f"{target}: {type(exc).__name__}")
-                    into.append(time.perf_counter() - started)
-                    if status != 200 and into is self.health:
-                        self.failures.append(f"/healthz: {status}")
-                    elif status != 200 and status != 503:
-                        self.failures.append(f"read: {status}")
-                self._stop.wait(0.02)
+        if self._pipe.poll(30):
+            self.latencies, self.health, self.failures = self._pipe.recv()
+        self._process.join(10)
 
     def p99(self) -> float:
         return _percentile(self.latencies, 0.99)
@@ -133,14 +157,18 @@ class Served:
 
 
 @contextlib.contextmanager
-def served(store_url: str, workdir: Path) -> Iterator[Served]:
+def served(store_url: str, workdir: Path, seed: Callable[[Any], None] | None = None
+           ) -> Iterator[Served]:
     """A server over ``store_url`` with keys for tenants ``attacker`` and ``probe``
-    (created in the store first, so the server requires keys)."""
+    (created in the store first, so the server requires keys); ``seed(store)`` fills
+    the store before the server starts."""
     from chathistory import Message, open_store
     from chathistory.server import auth
 
     store = open_store(store_url)
     try:
+        if seed is not None:
+            seed(store)
         keys = {t: auth.create_key(store, t, "hostile")[1] for t in ("attacker", "probe")}
         session = store.create_session(tenant="probe")
         store.append(session.id, [Message.user(f"probe {i}") for i in range(10)],
@@ -200,7 +228,8 @@ def trickle(s: Served, target: str, hold: float) -> Result:
 def big_appends(s: Served, target: str, seconds: float) -> Result:
     started = time.monotonic()
     text = "word " * (9 * 1024 * 1024 // 5)
-    body = {"messages": [{"role": "user", "parts": [{"type": "text", "text": text}]}]}
+    body = json.dumps({"messages": [{"role": "user", "parts": [{"type": "text",
+                                                                "text": text}]}]}).encode()
     statuses: list[int] = []
 
     def client() -> None:
@@ -208,7 +237,8 @@ def big_appends(s: Served, target: str, seconds: float) -> Result:
             sid = c.post("/v1/sessions", json={}).json()["id"]
             end = time.monotonic() + seconds
             while time.monotonic() < end:
-                statuses.append(c.post(f"/v1/sessions/{sid}/messages", json=body).status_code)
+                statuses.append(c.post(f"/v1/sessions/{sid}/messages", content=body, headers={
+                    "Content-Type": "application/json"}).status_code)
 
     with s.probe() as probe:
         threads = [threading.Thread(target=client) for _ in range(2)]
@@ -221,25 +251,41 @@ def big_appends(s: Served, target: str, seconds: float) -> Result:
                 f"2 clients, {len(statuses)} appends of 9 MB ({sorted(set(statuses))})")
 
 
+def seed_sessions(count: int) -> Callable[[Any], None]:
+    """A seed of ``count`` sessions of tenant ``attacker`` (one SQLite transaction)."""
+
+    def seed(store: Any) -> None:
+        with store.atomic():
+            for i in range(count):
+                store.create_session(f"s{i:06d}", tenant="attacker", metadata={"n": i})
+
+    return seed
+
+
 def scan(s: Served, target: str, sessions: int, seconds: float) -> Result:
+    """Two clients search (``q=``) the tenant's ``sessions`` sessions (seeded), back to
+    back, for ``seconds`` (a search may take longer: its answer is not waited for)."""
     started = time.monotonic()
-    with httpx.Client(base_url=s.url, timeout=60, headers=s.headers()) as c:
-        lines = []
-        for i in range(sessions):
-            sid = f"s{i:06d}"
-            lines.append(f'{{"kind":"session","session":{{"id":"{sid}","root_id":"{sid}",'
-                         f'"metadata":{{"n":{i}}}}}}}')
-        for a in range(0, len(lines), 20_000):
-            c.post("/v1/import", content="\n".join(lines[a:a + 20_000]).encode(),
-                   headers={"Content-Type": "application/x-ndjson"}).raise_for_status()
-        done: list[int] = []
-        with s.probe() as probe:
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                done.append(c.get("/v1/sessions", params={"q": "no such words",
-                                                          "limit": 100}).status_code)
+    done: list[int] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        with httpx.Client(base_url=s.url, timeout=600, headers=s.headers()) as c:
+            while not stop.is_set():
+                try:
+                    done.append(c.get("/v1/sessions", params={"q": "no such words",
+                                                              "limit": 100}).status_code)
+                except httpx.HTTPError:
+                    return
+
+    with s.probe() as probe:
+        for _ in range(2):
+            threading.Thread(target=client, daemon=True).start()
+        time.sleep(seconds)
+        stop.set()
     return _row("hostile: search scans", target, probe, [], started,
-                f"{sessions} sessions, {len(done)} searches ({sorted(set(done))})")
+                f"{sessions} sessions, 2 clients, {len(done)} searches finished in "
+                f"{seconds:g} s ({sorted(set(done))})")
 
 
 def store_down(s: Served, target: str, kill: Callable[[], None], restart: Callable[[], None],
@@ -515,10 +561,11 @@ def run(quick: bool = False) -> list[Result]:
     seconds = 3.0 if quick else 10.0
     with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
         workdir = Path(tmp)
-        with served(f"sqlite:///{workdir}/h.db", workdir) as s:
+        sessions = 5_000 if quick else 50_000
+        with served(f"sqlite:///{workdir}/h.db", workdir, seed_sessions(sessions)) as s:
             results.append(trickle(s, "sqlite", hold))
             results.append(big_appends(s, "sqlite", seconds))
-            results.append(scan(s, "sqlite", 5_000 if quick else 50_000, seconds))
+            results.append(scan(s, "sqlite", sessions, seconds))
         why = postgres_reachable()
         if why is None and os.geteuid() == 0:
             pg = PrivatePostgres()

@@ -5,6 +5,18 @@
 ``chathistory.server.auth`` creates, lists and revokes API keys. Importing
 this package needs no server dependency; ``run`` and ``create_app`` need
 ``pip install 'chathistory[server]'``.
+
+Where each kind of work runs (``server.work`` has the details):
+
+- the event loop: parsing, routing, authentication from the key cache, reading
+  bodies (idle timeout), decoding bodies up to 64 KB, sending. Never a store call,
+  a disk access, a lock, or more than about a millisecond of one request's CPU;
+- the work pool (16 threads): store calls, disk access, large bodies; each tenant
+  gets at most 4 running and 64 waiting (429 past that), so no tenant can take the
+  pool; no thread ever waits on a client;
+- two niced processes: token counts of texts over 256 KB (the tokenizers hold the GIL);
+- the store circuit: an unreachable store is a 503 with ``Retry-After`` at once, one
+  probe every half second, service back as soon as a probe succeeds.
 """
 
 from __future__ import annotations

@@ -28,10 +28,12 @@ The loop's own state here (semaphores, counters) is touched only from the loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import multiprocessing
 import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -55,6 +57,18 @@ millisecond with msgspec); larger ones in the work pool."""
 current_tenant: contextvars.ContextVar[str] = contextvars.ContextVar(
     "chathistory_tenant", default="(unauthenticated)")
 """The tenant whose request this task serves (set once it is authenticated)."""
+
+
+WORKER_NICENESS = 5
+"""Worker threads run this much nicer than the event loop's thread (Linux niceness is
+per thread): when they compete for the GIL and the CPU, the loop is scheduled first."""
+
+
+def _lower_priority() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid)
+                       + WORKER_NICENESS)
 
 
 class _Gate:
@@ -98,7 +112,8 @@ class Work:
         if self._threads is None:
             self._threads = asyncio.Semaphore(self.threads)
             self._executor = ThreadPoolExecutor(self.threads,
-                                                thread_name_prefix="chathistory-work")
+                                                thread_name_prefix="chathistory-work",
+                                                initializer=_lower_priority)
         threads = self._threads
         gate.waiting += 1
         held_gate = held_thread = False

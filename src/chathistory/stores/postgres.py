@@ -695,7 +695,7 @@ class PostgresStore(BaseStore):
     def __init__(self, url: str, counter: str | TokenCounter | None = None, *,
                  schema: str = "chathistory", pool_size: int = 10,
                  partitions: int | None = None, drop_schema_on_close: bool = False,
-                 pool_timeout: float = 2.0) -> None:
+                 pool_timeout: float = 1.5) -> None:
         super().__init__(counter)
         _quote(schema)
         if pool_size < 1:
