@@ -87,3 +87,40 @@ def start_processes_again() -> None:
     from chathistory.server import work
 
     offload_large_texts(work._count_in_processes)
+
+
+def test_the_counting_process_dies_with_the_server_process(tmp_path: object) -> None:
+    """A server killed by SIGKILL leaves no counting process behind (each holds ~100 MB
+    of tables; they piled up by the hundred before PR_SET_PDEATHSIG)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import multiprocessing, sys, time\n"
+        "from chathistory.server import work\n"
+        "from chathistory.tokens import EncodingCounter\n"
+        "work.start_processes()\n"
+        "EncodingCounter('o200k_base').count_text('word ' * 100_000)\n"
+        "print(*[p.pid for p in multiprocessing.active_children()], flush=True)\n"
+        "time.sleep(60)\n")
+    server = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert server.stdout is not None
+    children = [int(pid) for pid in server.stdout.readline().split()]
+    assert children, "no counting process was started"
+    os.kill(server.pid, signal.SIGKILL)
+    server.wait(10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") and
+                                              "Z" not in _state(p) for p in children):
+        time.sleep(0.05)
+    assert not any(os.path.exists(f"/proc/{p}") and "Z" not in _state(p) for p in children)
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"

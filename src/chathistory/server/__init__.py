@@ -14,7 +14,8 @@ Where each kind of work runs (``server.work`` has the details):
 - the work pool (16 threads): store calls, disk access, large bodies; each tenant
   gets at most 4 running and 64 waiting (429 past that), so no tenant can take the
   pool; no thread ever waits on a client;
-- two niced processes: token counts of texts over 256 KB (the tokenizers hold the GIL);
+- a niced counting process (started by the first long text): token counts of texts
+  over 256 KB (the tokenizers hold the GIL);
 - the store circuit: an unreachable store is a 503 with ``Retry-After`` at once, one
   probe every half second, service back as soon as a probe succeeds.
 """

@@ -161,26 +161,40 @@ class Work:
 
 
 _processes: ProcessPoolExecutor | None = None
-PROCESSES = 2
-"""Processes that count long texts (``tokens.offload_large_texts``)."""
+_processes_lock = threading.Lock()
+PROCESSES = 1
+"""Processes that count long texts (``tokens.offload_large_texts``), per server process."""
+
+
+def _counting_process_init() -> None:
+    """In the counting process: niced, and killed when the server process dies (even by
+    SIGKILL: a pool's workers otherwise outlive it, each holding its tables)."""
+    os.nice(10)
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent died before the line above
+            os._exit(0)
 
 
 def _count_in_processes(encoding: str, text: str) -> int:
-    assert _processes is not None
+    """In a worker thread: count ``text`` in the counting process (started by the first
+    long text: it costs its memory, ~100 MB with its tables, only where one comes)."""
+    global _processes
+    with _processes_lock:
+        if _processes is None:
+            # niced: counting never takes a core from the serving threads
+            _processes = ProcessPoolExecutor(
+                PROCESSES, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_counting_process_init)
     return _processes.submit(count_here, encoding, text).result()
 
 
 def start_processes() -> None:
-    """Count long texts in a pool of ``PROCESSES`` processes from now on (once per
-    process; the workers start now and load their tables in the background)."""
-    global _processes
-    if _processes is not None:
-        return
-    # niced: counting never takes a core from the serving threads
-    _processes = ProcessPoolExecutor(PROCESSES, mp_context=multiprocessing.get_context("spawn"),
-                                     initializer=os.nice, initargs=(10,))
-    for _ in range(PROCESSES):
-        _processes.submit(count_here, "o200k_base", "warm up")
+    """Count texts over ``tokens.OFFLOAD_CHARS`` in ``PROCESSES`` other processes from now
+    on (once per process)."""
     offload_large_texts(_count_in_processes)
 
 
