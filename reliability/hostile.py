@@ -50,6 +50,7 @@ from .common import Result
 from .procs import (
     RedisServer,
     ServerProcess,
+    die_with_parent,
     free_port,
     postgres_reachable,
     redis_available,
@@ -63,6 +64,7 @@ P99_LIMIT = 0.050
 def _probe_main(url: str, key: str, session_id: str, stop: Any, out: Any) -> None:
     """The probe's loop, in a process of its own (so the harness's attack threads never
     hold the GIL it needs to measure): reads and /healthz until ``stop`` is set."""
+    die_with_parent()
     latencies: list[float] = []
     health: list[float] = []
     failures: list[str] = []
