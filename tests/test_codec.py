@@ -103,3 +103,24 @@ def test_bad_document_paths() -> None:
     assert info.value.path == "$.messages[1].parts"
     with pytest.raises(InvalidMessage, match="invalid JSON"):
         History.from_json(b"{\"schema_version\": 1, \"messages\": [")
+
+
+def test_raw_arguments_round_trip_and_are_left_out_when_unset() -> None:
+    """``ToolCall.raw_arguments`` is a field added with a default: absent from documents
+    that do not need it (so v1 documents decode unchanged), kept exactly when set."""
+    cut = ToolCall.from_json_arguments('{"city": "Par', id="c1", name="get_weather")
+    plain = ToolCall(id="c2", name="get_weather", arguments={"city": "Rome"})
+    msg = Message(role="assistant", parts=[cut, plain])
+    raw = json.loads(msg.to_json())
+    assert raw["parts"][0]["raw_arguments"] == '{"city": "Par'
+    assert "arguments" not in raw["parts"][0]  # {} is the default
+    assert "raw_arguments" not in raw["parts"][1]
+    h = History([Message.user("weather?"), msg,
+                 Message.tool_result("c1", "bad arguments"), Message.tool_result("c2", "21C")])
+    back = History.from_json(h.to_json())
+    assert back == h
+    call = back[1].tool_calls[0]
+    assert call.raw_arguments == '{"city": "Par' and call.arguments_json == '{"city": "Par'
+    golden = json.loads((GOLDEN / "history_v1.json").read_bytes())
+    calls = [p for m in golden["messages"] for p in m["parts"] if p["type"] == "tool_call"]
+    assert calls and all("raw_arguments" not in c for c in calls)

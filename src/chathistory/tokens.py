@@ -16,7 +16,6 @@ dimensions; audio and non-text files use the documented estimates below.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable
@@ -125,7 +124,8 @@ class ChatCounter:
     def _count_part(self, part: object) -> int:
         count_text = self.count_text
         if isinstance(part, ToolCall):
-            args = json.dumps(part.arguments, ensure_ascii=False, separators=(",", ":"))
+            # the string sent: the model's own when kept (also when not a JSON object)
+            args = part.arguments_json
             return self.tokens_per_message + count_text(part.name) + count_text(args)
         if isinstance(part, ToolResult):
             total = count_text(part.call_id)

@@ -1,7 +1,11 @@
 """Anthropic Messages: round trips, SDK validity, system extraction, turn merging,
-thinking blocks and cache breakpoints."""
+thinking blocks, cache breakpoints and the request's own cache layout."""
 
 from __future__ import annotations
+
+import base64
+import json
+from typing import Any
 
 import pytest
 from format_helpers import check_anthropic, essence, load_fixture
@@ -18,6 +22,7 @@ from chathistory import (
     ToolResult,
 )
 from chathistory.formats import from_anthropic, to_anthropic
+from chathistory.stores import Store
 
 
 def conversation(png: Attachment, pdf: Attachment) -> list[Message]:
@@ -189,3 +194,105 @@ def test_decode_errors_name_the_path(turn: dict[str, object], path: str) -> None
         from_anthropic(None, [turn])
     assert err.value.path == path
 
+
+
+# ---------------------------------------------------------------- the request's cache layout
+
+
+def b64(att: Attachment) -> str:
+    assert att.data is not None
+    return base64.b64encode(att.data).decode("ascii")
+
+
+def cached_requests(png: Attachment, pdf: Attachment) -> dict[str, dict[str, Any]]:
+    """Requests with cache_control on every kind of block that takes it (at most four
+    breakpoints each, as the API allows)."""
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": b64(png)}}
+    document = {"type": "document", "title": "report.pdf",
+                "source": {"type": "base64", "media_type": "application/pdf", "data": b64(pdf)}}
+    one_hour = {"type": "ephemeral", "ttl": "1h"}
+    ephemeral = {"type": "ephemeral"}
+    return {
+        "system_image_tool_use_result": {
+            "system": [{"type": "text", "text": "You are careful.", "cache_control": one_hour},
+                       {"type": "text", "text": "Today is Monday."}],
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                                             {**image, "cache_control": ephemeral}]},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "Look it up.", "signature": "EqQBCgIYAhIM"},
+                    {"type": "text", "text": "Checking."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "search",
+                     "input": {"q": "red"}, "cache_control": ephemeral}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1",
+                     "content": [{"type": "text", "text": "a red square"}],
+                     "cache_control": ephemeral}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "A red square."}]},
+            ],
+        },
+        "document_nested_text_assistant_user": {
+            "system": [{"type": "text", "text": "Be brief.", "cache_control": ephemeral}],
+            "messages": [
+                {"role": "user", "content": [{**document, "cache_control": one_hour},
+                                             {"type": "text", "text": "Summarize."}]},
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "toolu_2", "name": "pages", "input": {}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_2", "content": [
+                        {"type": "text", "text": "12 pages", "cache_control": ephemeral},
+                        image]}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "12 pages.",
+                                                   "cache_control": ephemeral}]},
+            ],
+        },
+    }
+
+
+CACHED = ["system_image_tool_use_result", "document_nested_text_assistant_user"]
+
+
+@pytest.mark.parametrize("name", CACHED)
+def test_cache_control_round_trips(png: Attachment, pdf: Attachment, name: str) -> None:
+    request = cached_requests(png, pdf)[name]
+    check_anthropic(request)
+    msgs = from_anthropic(**request)
+    assert all(m.validate() is m for m in msgs)
+    out = to_anthropic(msgs)
+    check_anthropic(out)
+    assert out == request
+
+
+@pytest.mark.parametrize("name", CACHED)
+def test_cache_control_survives_a_store(store: Store, png: Attachment, pdf: Attachment,
+                                        name: str) -> None:
+    request = cached_requests(png, pdf)[name]
+    store.create_session("s")
+    store.append("s", from_anthropic(**request))
+    out = to_anthropic(store.range("s"), resolver=lambda att: store.get_asset(att.sha256))
+    check_anthropic(out)
+    assert out == request
+
+
+def test_cache_breakpoint_id_beside_kept_cache_control(png: Attachment, pdf: Attachment) -> None:
+    request = cached_requests(png, pdf)["document_nested_text_assistant_user"]  # 4 breakpoints
+    msgs = from_anthropic(**request)
+    # on a block that has one already: kept as it is (its ttl too)
+    same = to_anthropic(msgs, cache_breakpoint_id=msgs[-1].id)
+    check_anthropic(same)
+    assert same == request
+    # a fifth is refused, naming the message, as the API would refuse it
+    question = Message.user("And the conclusion?")
+    with pytest.raises(InvalidMessage, match="keep_cache_control=False") as err:
+        to_anthropic([*msgs, question], cache_breakpoint_id=question.id)
+    assert err.value.path == f"$[{len(msgs)}]"
+    # without the kept ones, only the breakpoint asked for
+    moved = to_anthropic([*msgs, question], cache_breakpoint_id=question.id,
+                         keep_cache_control=False)
+    check_anthropic(moved)
+    marked = [json.dumps(b) for t in moved["messages"] for b in t["content"]
+              if "cache_control" in json.dumps(b)]
+    assert marked == [json.dumps({"type": "text", "text": "And the conclusion?",
+                                  "cache_control": {"type": "ephemeral"}})]
+    assert moved["system"] == "Be brief."

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
-from format_helpers import check_openai_chat, essence, load_fixture, without_nulls
+from format_helpers import (
+    check_anthropic,
+    check_gemini,
+    check_openai_chat,
+    check_openai_responses,
+    essence,
+    load_fixture,
+    without_nulls,
+)
 
 from chathistory import (
     Attachment,
@@ -19,7 +28,14 @@ from chathistory import (
     ToolCall,
     ToolResult,
 )
-from chathistory.formats import from_openai_chat, to_openai_chat
+from chathistory.formats import (
+    from_openai_chat,
+    to_anthropic,
+    to_gemini,
+    to_openai_chat,
+    to_openai_responses,
+)
+from chathistory.stores import Store
 
 
 def conversation(png: Attachment, wav: Attachment, pdf: Attachment) -> list[Message]:
@@ -122,6 +138,12 @@ def test_reasoning_content_from_compatible_servers_is_read() -> None:
     assert to_openai_chat(msgs) == [{"role": "assistant", "content": "4"}]
 
 
+def test_empty_content_beside_reasoning_content_is_sent_as_given() -> None:
+    msgs = from_openai_chat([{"role": "assistant", "content": "", "reasoning_content": "hm"}])
+    assert isinstance(msgs[0].parts[0], Reasoning)
+    assert to_openai_chat(msgs) == [{"role": "assistant", "content": ""}]
+
+
 def test_refusal_round_trip() -> None:
     items = [{"role": "assistant", "content": None, "refusal": "I can't help with that."}]
     msgs = from_openai_chat(items)
@@ -171,7 +193,7 @@ def test_arguments_are_compact_json() -> None:
     ({"role": "assistant", "content": "x", "function_call": {"name": "f", "arguments": "{}"}},
      "$[0].function_call"),
     ({"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
-                                           "function": {"name": "f", "arguments": "{oops"}}]},
+                                           "function": {"name": "f", "arguments": {"a": 1}}}]},
      "$[0].tool_calls[0].function.arguments"),
     ({"role": "tool", "tool_call_id": "c", "content": [{"type": "image_url",
                                                         "image_url": {"url": "x"}}]},
@@ -181,3 +203,60 @@ def test_decode_errors_name_the_path(item: dict[str, object], path: str) -> None
     with pytest.raises(InvalidMessage) as err:
         from_openai_chat([item])
     assert err.value.path == path
+
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+EMPTY_ASSISTANTS = {
+    "audio_only": {"role": "assistant", "audio": {"id": "audio_abc123"}},
+    "empty_content": {"role": "assistant", "content": ""},
+    "empty_content_audio": {"role": "assistant", "content": "", "audio": {"id": "audio_abc123"}},
+    "empty_content_named": {"role": "assistant", "content": "", "name": "bot"},
+    "empty_content_calls": {"role": "assistant", "content": "", "tool_calls": [CALL]},
+    "text_audio": {"role": "assistant", "content": "Hi!", "audio": {"id": "audio_abc123"}},
+    "nothing": {"role": "assistant"},
+}
+
+
+def around(assistant: dict[str, Any]) -> list[dict[str, Any]]:
+    after = ([{"role": "tool", "tool_call_id": "call_1", "content": "ok"}]
+             if "tool_calls" in assistant else [])
+    return [{"role": "user", "content": "Say hi out loud."}, assistant, *after,
+            {"role": "user", "content": "Again, please."}]
+
+
+@pytest.mark.parametrize("assistant", EMPTY_ASSISTANTS.values(), ids=list(EMPTY_ASSISTANTS))
+def test_assistant_with_audio_or_empty_content_round_trips(assistant: dict[str, Any]) -> None:
+    payload = around(assistant)
+    check_openai_chat(payload)
+    msgs = from_openai_chat(payload)
+    assert len(msgs) == len(payload)
+    assert all(m.validate() is m for m in msgs)
+    assert Message.from_json(msgs[1].to_json()) == msgs[1]
+    out = to_openai_chat(msgs)
+    check_openai_chat(out)
+    assert out == payload
+
+
+@pytest.mark.parametrize("assistant", EMPTY_ASSISTANTS.values(), ids=list(EMPTY_ASSISTANTS))
+def test_empty_assistant_through_a_store(store: Store, assistant: dict[str, Any]) -> None:
+    payload = around(assistant)
+    store.create_session("s")
+    store.append("s", from_openai_chat(payload))
+    out = to_openai_chat(store.range("s"))
+    check_openai_chat(out)
+    assert out == payload
+
+
+def test_an_audio_reference_reaches_no_other_provider() -> None:
+    """It names audio OpenAI holds; the placeholder that keeps the message is sent nowhere."""
+    msgs = from_openai_chat(around(EMPTY_ASSISTANTS["audio_only"]))
+    request = to_anthropic(msgs)
+    check_anthropic(request)
+    assert request["messages"] == [{"role": "user", "content": [
+        {"type": "text", "text": "Say hi out loud."}, {"type": "text", "text": "Again, please."}]}]
+    gemini = to_gemini(msgs)
+    check_gemini(gemini)
+    assert [c["role"] for c in gemini["contents"]] == ["user"]
+    responses = to_openai_responses(msgs)
+    check_openai_responses(responses)
+    assert [item["role"] for item in responses] == ["user", "user"]

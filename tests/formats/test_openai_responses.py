@@ -147,7 +147,7 @@ def test_media_in_assistant_message_is_unsupported(png: Attachment) -> None:
     ({"type": "web_search_call", "id": "ws_1", "status": "completed"}, "$[0].type"),
     ({"type": "message", "role": "user", "content": [{"type": "input_video"}]},
      "$[0].content[0].type"),
-    ({"type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]"},
+    ({"type": "function_call", "call_id": "c", "name": "f", "arguments": 1},
      "$[0].arguments"),
     ({"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}",
       "caller": {"type": "program", "caller_id": "p"}}, "$[0].caller"),

@@ -26,9 +26,13 @@ Rules every adapter follows:
   Without a resolver: ``InvalidMessage`` at ``$[i].parts[j].attachment.data``.
 - A media part's ``url`` may be ``openai-file:<id>`` / ``anthropic-file:<id>`` for a
   file uploaded to that provider; decoding gives the same form.
-- What must be echoed back to a provider (item ids, signatures, the model's own
-  arguments string, annotations) is kept in ``provider_metadata[<format>]`` with
+- What must be echoed back to a provider (item ids, signatures, annotations,
+  Anthropic ``cache_control``) is kept in ``provider_metadata[<format>]`` with
   format ``openai_chat``, ``openai_responses``, ``anthropic`` or ``gemini``.
+- Tool-call arguments are kept as the model emitted them (``ToolCall.raw_arguments``)
+  whatever they hold, and OpenAI formats send that very string back. Anthropic and
+  Gemini take an object: arguments that are not a JSON object go to them as
+  ``{"INVALID_JSON": "<string>"}`` (read back as the string).
 """
 
 from ._common import Resolver, RoleMap

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import mimetypes
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 from urllib.parse import unquote_to_bytes
+
+import msgspec
 
 from ..errors import InvalidMessage
 from ..model import (
@@ -31,6 +32,7 @@ from ..model import (
     ToolCall,
     ToolResult,
 )
+from ..model.parts import parse_arguments
 
 JSON: TypeAlias = dict[str, Any]
 Resolver: TypeAlias = Callable[[Attachment], "bytes | str | Mapping[str, Any]"]
@@ -215,35 +217,50 @@ def attachment(data: bytes, mime_type: str | None, name: str | None = None) -> A
 # ---------------------------------------------------------------- tool calls
 
 
-def dump_arguments(arguments: Mapping[str, Any]) -> str:
-    """Arguments as compact JSON, the form models emit them in."""
-    return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+INVALID_JSON_KEY = "INVALID_JSON"
+"""The one key of the object that carries, to a provider wanting an object (Anthropic
+``input``, Gemini ``args``), arguments that are not a JSON object: ``{"INVALID_JSON":
+"<the model's string>"}``; decoding reads it back as that string. (The key pydantic-ai
+sends in this case, which Anthropic's docs suggest for invalid tool input.)"""
 
 
-def load_arguments(raw: Any, path: str) -> tuple[dict[str, Any], str | None]:
-    """Parsed arguments and the raw string when re-encoding would not reproduce it
-    (kept so the prompt prefix, hence the provider's cache, stays byte-identical)."""
+def decode_call(raw: Any, path: str, *, id: str, name: str,
+                provider_metadata: dict[str, Any] | None = None) -> ToolCall:
+    """A call from an arguments string (OpenAI formats), kept byte for byte whatever it
+    holds: truncated or invalid JSON is the model's output, not bad input."""
     if not isinstance(raw, str):
         raise InvalidMessage("arguments must be a JSON string", path)
-    try:
-        args = json.loads(raw) if raw.strip() else {}
-    except json.JSONDecodeError as exc:
-        raise InvalidMessage(f"arguments are not valid JSON: {exc}", path) from None
-    if not isinstance(args, dict):
-        raise InvalidMessage("arguments must encode a JSON object", path)
-    return args, (None if dump_arguments(args) == raw else raw)
+    return ToolCall.from_json_arguments(raw, id=id, name=name,
+                                        provider_metadata=provider_metadata)
 
 
 def arguments_json(call: ToolCall, namespace: str) -> str:
-    """The arguments string to send: the provider's own when kept and still equal."""
-    raw = meta(call, namespace).get("arguments")
-    if isinstance(raw, str):
-        try:
-            if json.loads(raw) == call.arguments:
-                return raw
-        except json.JSONDecodeError:
-            pass
-    return dump_arguments(call.arguments)
+    """The arguments string to send (``ToolCall.arguments_json``); a call stored by
+    chathistory 0.1 kept the model's string in ``provider_metadata[namespace]``."""
+    legacy = meta(call, namespace).get("arguments")
+    if call.raw_arguments is None and isinstance(legacy, str):
+        return msgspec.structs.replace(call, raw_arguments=legacy).arguments_json
+    return call.arguments_json
+
+
+def arguments_object(call: ToolCall) -> dict[str, Any]:
+    """The arguments as the object Anthropic and Gemini take: ``arguments``, or
+    ``{INVALID_JSON_KEY: string}`` for a string that is not a JSON object."""
+    unparsed = call.unparsed_arguments
+    return {INVALID_JSON_KEY: unparsed} if unparsed is not None else call.arguments
+
+
+def call_from_object(arguments: Mapping[str, Any], *, id: str, name: str,
+                     provider_metadata: dict[str, Any] | None = None) -> ToolCall:
+    """A call from an arguments object (Anthropic, Gemini); ``{INVALID_JSON_KEY: s}``
+    with a string ``s`` that is not a JSON object is read back as that string."""
+    if set(arguments) == {INVALID_JSON_KEY}:
+        raw = arguments[INVALID_JSON_KEY]
+        if isinstance(raw, str) and parse_arguments(raw) is None:
+            return ToolCall(id=id, name=name, raw_arguments=raw,
+                            provider_metadata=provider_metadata or {})
+    return ToolCall(id=id, name=name, arguments=dict(arguments),
+                    provider_metadata=provider_metadata or {})
 
 
 # ---------------------------------------------------------------- provider metadata
@@ -286,6 +303,8 @@ class Options:
     resolver: Resolver | None = None
     role_map: RoleMap | None = None
     drop_unsupported: bool = False
+    keep_cache_control: bool = True
+    """Anthropic: send the ``cache_control`` decoding kept on a part."""
 
     def unsupported(self, reason: str, path: str) -> None:
         """Raise for a part the provider cannot carry, unless the caller chose to drop it."""

@@ -20,9 +20,17 @@ Mapping, both directions:
 - ``tool_use`` / ``tool_result`` (``is_error`` kept); ``thinking`` with its
   ``signature`` and ``redacted_thinking`` with its ``data`` are ``Reasoning`` parts
   and go back unchanged. Reasoning from another provider is not sent.
-- ``cache_control: {"type": "ephemeral"}`` goes on the last block (not a thinking
-  block) of each message whose id is ``cache_breakpoint_id``; decoding ignores
-  ``cache_control``. ``Message.name`` has no field and is not sent.
+- ``input`` must be an object: arguments that are not one (a model's string cut short,
+  an array, ...; see ``ToolCall.raw_arguments``) go as ``{"INVALID_JSON": "<string>"}``,
+  so the call still pairs with its result and the model sees what it wrote; decoding
+  reads that one-key object back as the string.
+- ``cache_control`` on a block (system text, text, image, document, tool_use,
+  tool_result, and blocks inside a tool result) is kept in the part's
+  ``provider_metadata["anthropic"]`` and goes back on the same block, so a decoded
+  request is re-sent with its cache layout (``keep_cache_control=False`` drops it).
+  ``cache_breakpoint_id`` adds ``{"type": "ephemeral"}`` on the last block (not a
+  thinking block) of each message it names, keeping a block's own. More than four
+  breakpoints raise. ``Message.name`` has no field and is not sent.
 """
 
 from __future__ import annotations
@@ -54,8 +62,10 @@ from ._common import (
     Resolver,
     RoleMap,
     append_turn,
+    arguments_object,
     attachment,
     b64decode,
+    call_from_object,
     canonical_role,
     check_keys,
     expect_dict,
@@ -76,6 +86,8 @@ __all__ = ["from_anthropic", "to_anthropic"]
 NS = "anthropic"
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _UNCACHEABLE = frozenset({"thinking", "redacted_thinking"})
+MAX_CACHE_BREAKPOINTS = 4
+"""Blocks with ``cache_control`` the Messages API takes in one request."""
 
 # ---------------------------------------------------------------- encode
 
@@ -86,21 +98,26 @@ def to_anthropic(
     resolver: Resolver | None = None,
     role_map: RoleMap | None = None,
     cache_breakpoint_id: str | Collection[str] | None = None,
+    keep_cache_control: bool = True,
     drop_unsupported: bool = False,
 ) -> JSON:
     """``{"system": ..., "messages": [...]}`` for the Messages API.
 
-    ``cache_breakpoint_id`` (one id or several, at most four per request) names the
-    messages whose last block gets ``cache_control``; an id not among ``messages``
-    raises. Raises ``InvalidMessage`` naming the path for an unknown role, a stored
+    ``cache_breakpoint_id`` (one id or several) names the messages whose last block
+    gets ``cache_control: {"type": "ephemeral"}``; an id not among ``messages`` raises.
+    The ``cache_control`` that ``from_anthropic`` kept on a part goes back on its block
+    unless ``keep_cache_control=False`` (then only ``cache_breakpoint_id`` places
+    breakpoints). More than four breakpoints in all raise, as the API refuses them.
+    Raises ``InvalidMessage`` naming the path for an unknown role, a stored
     attachment without ``resolver``, or a part Anthropic cannot carry (audio, video,
     media in an assistant turn) unless ``drop_unsupported``.
     """
-    opts = Options(resolver, role_map, drop_unsupported)
+    opts = Options(resolver, role_map, drop_unsupported, keep_cache_control)
     breakpoints = ({cache_breakpoint_id} if isinstance(cache_breakpoint_id, str)
                    else set(cache_breakpoint_id or ()))
     system: list[JSON] = []
     turns: list[JSON] = []
+    marked: list[str] = []  # where a block carries cache_control, in order
     for i, msg in enumerate(messages):
         role = canonical_role(msg.role, i, role_map)
         path = f"$[{i}]"
@@ -120,11 +137,17 @@ def to_anthropic(
             cacheable = [b for b in blocks if b["type"] not in _UNCACHEABLE]
             if not cacheable:
                 raise InvalidMessage("the cache breakpoint message has no block to mark", path)
-            cacheable[-1]["cache_control"] = {"type": "ephemeral"}
+            cacheable[-1].setdefault("cache_control", {"type": "ephemeral"})
             breakpoints.discard(msg.id)
+        marked.extend(path for _ in range(_breakpoints(blocks)))
     if breakpoints:
         raise InvalidMessage(f"no message has id {sorted(breakpoints)[0]!r}",
                              "$.cache_breakpoint_id")
+    if len(marked) > MAX_CACHE_BREAKPOINTS:
+        raise InvalidMessage(
+            f"{len(marked)} blocks carry cache_control; Anthropic takes at most "
+            f"{MAX_CACHE_BREAKPOINTS} (pass keep_cache_control=False to place only "
+            "cache_breakpoint_id's)", marked[MAX_CACHE_BREAKPOINTS])
     for turn in turns:
         if turn["role"] == "user":  # tool results must open the turn
             content = turn["content"]
@@ -143,7 +166,7 @@ def _system_blocks(msg: Message, path: str, opts: Options) -> list[JSON]:
     for j, part in enumerate(msg.parts):
         if isinstance(part, TextPart):
             if part.text:
-                blocks.append({"type": "text", "text": part.text})
+                blocks.append(_cached({"type": "text", "text": part.text}, part, opts))
         else:
             opts.unsupported("the Anthropic system prompt carries text only",
                              f"{path}.parts[{j}]")
@@ -157,7 +180,7 @@ def _user_blocks(msg: Message, path: str, opts: Options) -> list[JSON]:
         match part:
             case TextPart():
                 if part.text:
-                    blocks.append({"type": "text", "text": part.text})
+                    blocks.append(_cached({"type": "text", "text": part.text}, part, opts))
             case ImagePart() | AudioPart() | FilePart():
                 block = _encode_media(part, ppath, opts)
                 if block is not None:
@@ -182,10 +205,10 @@ def _assistant_blocks(msg: Message, path: str, opts: Options) -> list[JSON]:
                     text: JSON = {"type": "text", "text": part.text}
                     if "citations" in meta(part, NS):
                         text["citations"] = meta(part, NS)["citations"]
-                    blocks.append(text)
+                    blocks.append(_cached(text, part, opts))
             case ToolCall():
-                blocks.append({"type": "tool_use", "id": part.id, "name": part.name,
-                               "input": part.arguments})
+                blocks.append(_cached({"type": "tool_use", "id": part.id, "name": part.name,
+                                       "input": arguments_object(part)}, part, opts))
             case Reasoning():
                 if reasoning_owner(part) != NS:
                     continue  # another provider's reasoning: Anthropic cannot verify it
@@ -236,12 +259,31 @@ def _encode_media(part: ImagePart | AudioPart | FilePart, path: str, opts: Optio
         case _:
             assert_never(source)
     if is_image:
-        return {"type": "image", "source": src}
+        return _cached({"type": "image", "source": src}, part, opts)
     block: JSON = {"type": "document", "source": src}
     if isinstance(part, FilePart) and part.name:
         block["title"] = part.name
     block.update({k: v for k, v in meta(part, NS).items() if k in ("context", "citations")})
+    return _cached(block, part, opts)
+
+
+def _cached(block: JSON, part: Part, opts: Options) -> JSON:
+    """``block`` with the ``cache_control`` decoding kept on ``part``, if any (and kept)."""
+    cache_control = meta(part, NS).get("cache_control")
+    if cache_control is not None and opts.keep_cache_control:
+        block["cache_control"] = cache_control
     return block
+
+
+def _breakpoints(blocks: list[JSON]) -> int:
+    """Blocks carrying ``cache_control``, those inside tool results too."""
+    count = 0
+    for block in blocks:
+        count += "cache_control" in block
+        content = block.get("content") if block["type"] == "tool_result" else None
+        if isinstance(content, list):
+            count += _breakpoints(content)
+    return count
 
 
 def _encode_result(result: ToolResult, path: str, opts: Options) -> JSON:
@@ -253,7 +295,7 @@ def _encode_result(result: ToolResult, path: str, opts: Options) -> JSON:
         content: list[JSON] = []
         for k, item in enumerate(result.content):
             if isinstance(item, TextPart):
-                content.append({"type": "text", "text": item.text})
+                content.append(_cached({"type": "text", "text": item.text}, item, opts))
                 continue
             encoded = _encode_media(item, f"{path}.content[{k}]", opts)
             if encoded is not None:
@@ -261,7 +303,7 @@ def _encode_result(result: ToolResult, path: str, opts: Options) -> JSON:
         block["content"] = content
     if result.is_error:
         block["is_error"] = True
-    return block
+    return _cached(block, result, opts)
 
 
 # ---------------------------------------------------------------- decode
@@ -313,8 +355,14 @@ def _decode_system(system: Any, path: str) -> list[Part]:
         check_keys(block, {"type", "text", "cache_control"}, f"{path}[{k}]")
         if block.get("type") != "text":
             raise InvalidMessage("system blocks must be text", f"{path}[{k}].type")
-        parts.append(TextPart(text=expect_str(block.get("text"), f"{path}[{k}].text")))
+        parts.append(TextPart(text=expect_str(block.get("text"), f"{path}[{k}].text"),
+                              provider_metadata=_kept(block)))
     return parts
+
+
+def _kept(block: Mapping[str, Any], **values: Any) -> JSON:
+    """The provider metadata of a decoded block: ``values`` and its ``cache_control``."""
+    return with_meta(NS, **values, cache_control=block.get("cache_control"))
 
 
 _BLOCK_KEYS = {
@@ -337,19 +385,21 @@ def _decode_block(raw: Any, path: str, names: dict[str, str]) -> Part:
     match kind:
         case "text":
             return TextPart(text=expect_str(block.get("text"), path + ".text"),
-                            provider_metadata=with_meta(NS, citations=block.get("citations")))
+                            provider_metadata=_kept(block, citations=block.get("citations")))
         case "image" | "document":
             return _decode_media(block, path)
         case "tool_use":
-            call = ToolCall(id=expect_str(block.get("id"), path + ".id"),
-                            name=expect_str(block.get("name"), path + ".name"),
-                            arguments=dict(expect_dict(block.get("input"), path + ".input")))
+            call = call_from_object(expect_dict(block.get("input"), path + ".input"),
+                                    id=expect_str(block.get("id"), path + ".id"),
+                                    name=expect_str(block.get("name"), path + ".name"),
+                                    provider_metadata=_kept(block))
             names[call.id] = call.name
             return call
         case "tool_result":
             call_id = expect_str(block.get("tool_use_id"), path + ".tool_use_id")
             return ToolResult(call_id=call_id, content=_decode_result(block.get("content"), path),
-                              is_error=bool(block.get("is_error")), name=names.get(call_id))
+                              is_error=bool(block.get("is_error")), name=names.get(call_id),
+                              provider_metadata=_kept(block))
         case "thinking":
             return Reasoning(text=expect_str(block.get("thinking"), path + ".thinking"),
                              signature=expect_str(block.get("signature"), path + ".signature"))
@@ -366,7 +416,8 @@ def _decode_result(content: Any, path: str) -> str | list[ResultPart]:
         block = expect_dict(raw, kpath)
         if block.get("type") == "text":
             check_keys(block, _BLOCK_KEYS["text"] - {"citations"}, kpath)
-            parts.append(TextPart(text=expect_str(block.get("text"), kpath + ".text")))
+            parts.append(TextPart(text=expect_str(block.get("text"), kpath + ".text"),
+                                  provider_metadata=_kept(block)))
         elif block.get("type") in ("image", "document"):
             check_keys(block, _BLOCK_KEYS[block["type"]], kpath)
             parts.append(_decode_media(block, kpath))
@@ -382,8 +433,8 @@ def _decode_media(block: Mapping[str, Any], path: str) -> ImagePart | FilePart:
     check_keys(source, {"type", "data", "media_type", "url", "file_id"}, spath)
     image = block.get("type") == "image"
     name = None if image else block.get("title") or None
-    pmeta = {} if image else with_meta(NS, context=block.get("context"),
-                                       citations=block.get("citations"))
+    pmeta = _kept(block) if image else _kept(block, context=block.get("context"),
+                                             citations=block.get("citations"))
     if kind == "base64":
         mime = expect_str(source.get("media_type"), spath + ".media_type")
         data = expect_str(source.get("data"), spath + ".data")
@@ -396,10 +447,10 @@ def _decode_media(block: Mapping[str, Any], path: str) -> ImagePart | FilePart:
                else FILE_ID_SCHEMES["anthropic"] + expect_str(source.get("file_id"),
                                                               spath + ".file_id"))
         if image:
-            return ImagePart(url=url)
+            return ImagePart(url=url, provider_metadata=pmeta)
         return FilePart(url=url, name=name, provider_metadata=pmeta)
     else:
         raise InvalidMessage(f"unsupported source type {kind!r}", spath + ".type")
     if image:
-        return ImagePart(attachment=att)
+        return ImagePart(attachment=att, provider_metadata=pmeta)
     return FilePart(attachment=att, name=name, provider_metadata=pmeta)

@@ -22,7 +22,9 @@ Mapping, both directions:
   Vertex AI reject an ``id`` field. So ``id`` is sent only for a call whose id Gemini
   minted (kept in ``provider_metadata["gemini"]["id"]``), or for every call with
   ``send_call_ids=True``. Decoding a call without id gives it a new UUID and pairs
-  each response with the earliest unanswered call of that name.
+  each response with the earliest unanswered call of that name. ``args`` must be an
+  object: arguments that are none go as ``{"INVALID_JSON": "<string>"}`` and decode
+  back to the string, as for Anthropic.
 - A result's text is ``response: {"output": ...}`` (``{"error": ...}`` when
   ``is_error``); any other response object is decoded to its JSON text and kept in
   provider metadata so it goes back as it came. Media in a result goes in the
@@ -63,9 +65,11 @@ from ._common import (
     Resolver,
     RoleMap,
     append_turn,
+    arguments_object,
     attachment,
     b64decode,
     b64encode,
+    call_from_object,
     canonical_role,
     check_keys,
     expect_dict,
@@ -146,7 +150,7 @@ def _encode_parts(msg: Message, model: bool, path: str, opts: Options,
             case ToolCall():
                 if not model:
                     raise InvalidMessage("only assistant messages make tool calls", ppath)
-                call: JSON = {"name": part.name, "args": part.arguments}
+                call: JSON = {"name": part.name, "args": arguments_object(part)}
                 if send_ids or meta(part, NS).get("id") == part.id:
                     call["id"] = part.id
                 encoded = {"functionCall": call}
@@ -344,10 +348,10 @@ def _decode_call(call: Mapping[str, Any], path: str, pmeta: JSON,
     check_keys(call, {"id", "name", "args"}, path)
     minted = call.get("id") or None
     args = call.get("args") or {}
-    tool_call = ToolCall(
+    tool_call = call_from_object(
+        expect_dict(args, path + ".args"),
         id=expect_str(minted, path + ".id") if minted else new_id(),
         name=expect_str(call.get("name"), path + ".name"),
-        arguments=dict(expect_dict(args, path + ".args")),
         provider_metadata={NS: {**pmeta.get(NS, {}), "id": minted}} if minted else pmeta,
     )
     pending.append(tool_call)

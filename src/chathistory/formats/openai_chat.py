@@ -8,8 +8,15 @@ Mapping, both directions:
   bytes, base64), ``file`` (``file_data`` as a data URL with ``filename``, or
   ``file_id``; a part whose url is ``openai-file:<id>`` is a file id).
 - Assistant: text (a single text part is sent as a string), ``refusal``, ``tool_calls``
-  with ``arguments`` as a JSON string (the model's own string is kept and re-sent
-  when unchanged, so the prompt prefix stays byte-identical for the prompt cache).
+  with ``arguments`` as a JSON string. The model's own string is re-sent byte for byte
+  (``ToolCall.raw_arguments``), so the prompt prefix stays identical for the prompt
+  cache, also when it is no JSON object: cut short at ``finish_reason="length"``, a
+  trailing comma, an array, empty. Such a call is kept, never refused.
+- An assistant message with nothing else to keep (only ``audio: {"id": ...}``,
+  ``content: ""``, or neither) is stored with a placeholder reasoning part that no
+  format sends; ``audio`` and an empty-string ``content`` are kept in the message's
+  provider metadata and go back as they came. The audio id names audio OpenAI holds,
+  so it goes to Chat Completions only.
 - Every ``ToolResult`` part becomes one ``tool`` message with ``tool_call_id``, so a
   message holding several results (Anthropic style) becomes several; the message's
   other parts follow as a ``user`` message. Tool messages carry text only, and no
@@ -51,10 +58,10 @@ from ._common import (
     arguments_json,
     canonical_role,
     check_keys,
+    decode_call,
     expect_dict,
     expect_list,
     expect_str,
-    load_arguments,
     media_source,
     message,
     meta,
@@ -141,20 +148,35 @@ def _encode_message(msg: Message, role: Role, path: str, opts: Options) -> list[
                 assert_never(part)
     out = tool_messages
     if rest_role is Role.ASSISTANT:
-        if content or calls or refusals:
+        info = meta(msg, NS)
+        if (content or calls or refusals or "audio" in info or "content" in info
+                or _is_placeholder(msg)):
             reply: JSON = {"role": "assistant"}
             if content:
                 reply["content"] = _text_or_list(content)
+            elif info.get("content") == "":
+                reply["content"] = ""  # as given: the prompt prefix stays byte-identical
             if refusals:
                 reply["refusal"] = "\n".join(refusals)
             if calls:
                 reply["tool_calls"] = calls
-            if "audio" in meta(msg, NS):
-                reply["audio"] = meta(msg, NS)["audio"]
+            if "audio" in info:
+                reply["audio"] = info["audio"]
             out.append(_named(reply, msg))
     elif content:
         out.append(_named({"role": rest_role.value, "content": _text_or_list(content)}, msg))
     return out
+
+
+def _placeholder() -> Reasoning:
+    """The part that lets an assistant message with nothing we model (only ``audio``,
+    ``content: ""``, nothing at all) be stored: a message needs content, and reasoning
+    holding only provider metadata reaches no model (see ``_common.reasoning_owner``)."""
+    return Reasoning(provider_metadata={NS: {"placeholder": True}})
+
+
+def _is_placeholder(msg: Message) -> bool:
+    return any(type(p) is Reasoning and meta(p, NS).get("placeholder") for p in msg.parts)
 
 
 def _named(item: JSON, msg: Message) -> JSON:
@@ -269,7 +291,8 @@ def from_openai_chat(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
                 text = expect_str(item["reasoning_content"], path + ".reasoning_content")
                 parts.append(Reasoning(text=text))
             pmeta = with_meta(NS, audio=item.get("audio") or None,
-                              annotations=item.get("annotations") or None)
+                              annotations=item.get("annotations") or None,
+                              content="" if item.get("content") == "" else None)
         parts.extend(_decode_content(item.get("content"), path + ".content"))
         if role == "assistant":
             if item.get("refusal"):
@@ -279,6 +302,8 @@ def from_openai_chat(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
                 tool_call = _decode_call(call, f"{path}.tool_calls[{k}]")
                 names[tool_call.id] = tool_call.name
                 parts.append(tool_call)
+            if not parts:
+                parts.append(_placeholder())
         out.append(message(role, parts, path, name=name, provider_metadata=pmeta))
     return out
 
@@ -329,13 +354,9 @@ def _decode_call(raw: Any, path: str) -> ToolCall:
         raise InvalidMessage(f"unsupported tool call type {call.get('type')!r}", path + ".type")
     check_keys(call, {"id", "type", "function"}, path)
     function = expect_dict(call.get("function"), path + ".function")
-    args, raw_args = load_arguments(function.get("arguments"), path + ".function.arguments")
-    return ToolCall(
-        id=expect_str(call.get("id"), path + ".id"),
-        name=expect_str(function.get("name"), path + ".function.name"),
-        arguments=args,
-        provider_metadata=with_meta(NS, arguments=raw_args),
-    )
+    return decode_call(function.get("arguments"), path + ".function.arguments",
+                       id=expect_str(call.get("id"), path + ".id"),
+                       name=expect_str(function.get("name"), path + ".function.name"))
 
 
 def _decode_result_content(content: Any, path: str) -> str | list[ResultPart]:

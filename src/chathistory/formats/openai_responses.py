@@ -11,7 +11,9 @@ Mapping, both directions:
   and goes back as that item (parts of one id share it); text without an id goes
   back as ``{"role": "assistant", "content": "..."}``.
 - ``function_call``: ``call_id`` is ``ToolCall.id``; the item ``id`` (``fc_...``),
-  ``status`` and ``namespace`` are kept in provider metadata and sent back.
+  ``status`` and ``namespace`` are kept in provider metadata and sent back; the
+  ``arguments`` string goes back byte for byte, JSON object or not
+  (``ToolCall.raw_arguments``, as for Chat Completions).
 - Each ``ToolResult`` is a ``function_call_output`` item (``output`` is a string or
   a list of input_text / input_image / input_file); ``is_error`` has no field and is
   not sent. Results come before the message's other parts.
@@ -52,10 +54,10 @@ from ._common import (
     arguments_json,
     canonical_role,
     check_keys,
+    decode_call,
     expect_dict,
     expect_list,
     expect_str,
-    load_arguments,
     message,
     meta,
     reasoning_owner,
@@ -302,14 +304,12 @@ def _decode_output_message(item: Mapping[str, Any], path: str) -> list[Part]:
 
 
 def _decode_call(item: Mapping[str, Any], path: str) -> ToolCall:
-    args, raw_args = load_arguments(item.get("arguments"), path + ".arguments")
-    return ToolCall(
-        id=expect_str(item.get("call_id"), path + ".call_id"),
-        name=expect_str(item.get("name"), path + ".name"),
-        arguments=args,
-        provider_metadata=with_meta(NS, id=item.get("id"), status=item.get("status"),
-                                    namespace=item.get("namespace"), arguments=raw_args),
-    )
+    return decode_call(item.get("arguments"), path + ".arguments",
+                       id=expect_str(item.get("call_id"), path + ".call_id"),
+                       name=expect_str(item.get("name"), path + ".name"),
+                       provider_metadata=with_meta(NS, id=item.get("id"),
+                                                   status=item.get("status"),
+                                                   namespace=item.get("namespace")))
 
 
 def _decode_reasoning(item: Mapping[str, Any], path: str) -> Reasoning:

@@ -9,6 +9,7 @@ Tags are never reused; a new kind of part gets a new tag (schema rules in
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from typing import Any, TypeAlias
 
@@ -32,6 +33,7 @@ __all__ = [
 ]
 
 MAX_ATTACHMENT_BYTES = 50 * 1024 * 1024
+_json_decoder = msgspec.json.Decoder()
 
 
 def new_id() -> str:
@@ -155,11 +157,75 @@ class FilePart(MediaPart, tag="file", frozen=True):
 
 
 class ToolCall(_Part, tag="tool_call", frozen=True):
-    """A request by the model to run tool ``name`` with JSON ``arguments``."""
+    """A request by the model to run tool ``name`` with JSON ``arguments``.
+
+    ``raw_arguments`` is the arguments string exactly as the model emitted it, kept
+    when ``arguments`` does not give it back as compact JSON: spelled otherwise
+    (``{"a": 1}``), or not a JSON object at all (cut short at ``finish_reason=
+    "length"``, a trailing comma, an array, a string, a number, empty). Then
+    ``arguments`` is the object it encodes, ``{}`` when it encodes none. Build such
+    a call with ``ToolCall.from_json_arguments``; send ``arguments_json``.
+    """
 
     id: str
     name: str
     arguments: dict[str, Any] = {}
+    raw_arguments: str | None = None
+
+    @classmethod
+    def from_json_arguments(cls, raw: str, *, id: str, name: str,
+                            provider_metadata: dict[str, Any] | None = None) -> ToolCall:
+        """A call from the arguments string a model emitted; never refuses the string.
+
+        Only a JSON object is parsed into ``arguments``; the string itself is kept in
+        ``raw_arguments`` unless compact JSON of ``arguments`` is the very same bytes.
+        """
+        parsed = parse_arguments(raw)
+        arguments = parsed if parsed is not None else {}
+        keep = None if parsed is not None and compact_json(parsed) == raw else raw
+        return cls(id=id, name=name, arguments=arguments, raw_arguments=keep,
+                   provider_metadata=provider_metadata or {})
+
+    @property
+    def arguments_json(self) -> str:
+        """The arguments string to send: ``raw_arguments`` while it says what
+        ``arguments`` says, else ``arguments`` as compact JSON. (A call copied with
+        other ``arguments`` and a stale ``raw_arguments`` sends the new ones.)"""
+        raw = self.raw_arguments
+        if raw is not None and _agrees(raw, self.arguments):
+            return raw
+        return compact_json(self.arguments)
+
+    @property
+    def unparsed_arguments(self) -> str | None:
+        """``raw_arguments`` when it is not a JSON object (so no ``arguments`` stands
+        for it), None otherwise. A blank string counts as no arguments, ``{}``."""
+        raw = self.raw_arguments
+        if raw is None or self.arguments or parse_arguments(raw) is not None:
+            return None
+        return raw
+
+
+def compact_json(arguments: Any) -> str:
+    """JSON without spaces, the form models emit tool-call arguments in."""
+    return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+
+
+def parse_arguments(raw: str) -> dict[str, Any] | None:
+    """The JSON object ``raw`` encodes (``{}`` for a blank string); None when it is not
+    one. Strict JSON (no NaN, no lone surrogates), so what is parsed stores exactly."""
+    if not raw.strip():
+        return {}
+    try:
+        value = _json_decoder.decode(raw)
+    except (msgspec.DecodeError, UnicodeEncodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _agrees(raw: str, arguments: dict[str, Any]) -> bool:
+    parsed = parse_arguments(raw)
+    return parsed == arguments if parsed is not None else not arguments
 
 
 ResultPart: TypeAlias = TextPart | ImagePart | AudioPart | FilePart
