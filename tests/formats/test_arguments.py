@@ -8,6 +8,7 @@ JSONL importer too; Anthropic and Gemini, which need an object, get
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -243,3 +244,11 @@ def test_jsonl_import_keeps_the_string(store: Store, tmp_path: Path) -> None:
     legacy = to_openai_chat(store.range(derived_id("openai", "legacy")))
     check_openai_chat(legacy)
     assert legacy[1]["tool_calls"][0]["function"]["arguments"] == '{"a": [1,'
+
+
+def test_the_formats_doc_examples_run() -> None:
+    doc = Path(__file__).parents[2] / "docs" / "formats.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, str(doc), "exec"), {})
