@@ -1,5 +1,6 @@
 """Data-level abuses of issue 17, against a real server: a response that would inline
-one upload many times over, counter names made up to fill a cache."""
+one upload many times over, counter names made up to fill a cache, imports of broken
+trees and ids, and expired sessions that still blocked their id."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 
 import httpx
+import msgspec
 import pytest
 from serverkit import Served, messages, serve
 
@@ -126,3 +128,75 @@ def test_made_up_counter_names_are_422_and_cache_nothing(served: Served,
         ok = a.get(f"/v1/sessions/{sid}/messages", params={"max_tokens": 100, "counter": name})
         assert ok.status_code == 200
     assert set(tokens._counters) <= set(cached) | {"o200k_base", "cl100k_base", "approx"}
+
+
+# ---------------------------------------------------------------- items 6, 13: imports
+
+
+def _session_line(sid: str, **fields: object) -> bytes:
+    return msgspec.json.encode({"kind": "session", "session": {"id": sid, **fields}}) + b"\n"
+
+
+def _message_line(sid: str, text: str) -> bytes:
+    return msgspec.json.encode({"kind": "message", "session_id": sid,
+                                "message": Message.user(text).to_dict()}) + b"\n"
+
+
+def _import(client: httpx.Client, *lines: bytes) -> httpx.Response:
+    return client.post("/v1/import", content=b"".join(lines),
+                       headers={"Content-Type": "application/x-ndjson"})
+
+
+def test_import_refuses_broken_trees_and_ids_storing_nothing(served: Served,
+                                                             a: httpx.Client) -> None:
+    """Was: cycles and unknown parents accepted (then DELETE ?cascade, erase and purge
+    answered 500), a fork past its parent a 500 after earlier lines were committed, and
+    ids ``a/b`` and ``..`` stored out of reach."""
+    tag = uuid.uuid4().hex[:8]
+    first = f"ok-{tag}"
+    ok_lines = [_session_line(first), _message_line(first, "m0"), _message_line(first, "m1")]
+    cases = {
+        "self": ([_session_line(f"x-{tag}", parent_id=f"x-{tag}")], "parent_id"),
+        "cycle": ([_session_line(f"x1-{tag}", parent_id=f"x2-{tag}"),
+                   _session_line(f"x2-{tag}", parent_id=f"x1-{tag}")], "parent_id"),
+        "unknown parent": ([_session_line(f"o-{tag}", parent_id="nobody", fork_seq=1)],
+                           "parent_id"),
+        "fork_seq -1": ([_session_line(f"f-{tag}", parent_id=first, fork_seq=-1)], "fork_seq"),
+        "fork_seq past": ([_session_line(f"f-{tag}", parent_id=first, fork_seq=3)],
+                          "fork_seq"),
+        "slash": ([_session_line("a/b")], "id"),
+        "dot dot": ([_session_line("..")], "id"),
+    }
+    for name, (bad, field) in cases.items():
+        response = _import(a, *ok_lines, *bad)
+        assert response.status_code == 422, (name, response.text)
+        assert response.json()["error"]["path"].endswith(field), (name, response.text)
+        assert a.get(f"/v1/sessions/{first}").status_code == 404, name  # nothing stored
+    fine = _import(a, *ok_lines, _session_line(f"f-{tag}", parent_id=first, fork_seq=2),
+                   _message_line(f"f-{tag}", "own"))
+    assert fine.status_code == 200 and fine.json()["added"] == 3
+    lineage = a.get(f"/v1/sessions/{first}/lineage").json()
+    assert {s["id"] for s in lineage} == {first, f"f-{tag}"}
+    assert a.delete(f"/v1/sessions/{first}", params={"cascade": "true"}).status_code == 204
+
+
+# ---------------------------------------------------------------- item 15: expired sessions
+
+
+def test_an_expired_session_is_gone_for_every_route(served: Served, a: httpx.Client) -> None:
+    """Was: 404 to GET but 409 "exists" to create."""
+    import time
+
+    sid = f"e-{uuid.uuid4().hex[:8]}"
+    assert a.post("/v1/sessions", json={"id": sid, "ttl_seconds": 1}).status_code == 201
+    a.post(f"/v1/sessions/{sid}/messages", json={"messages": messages("old")})
+    time.sleep(1.2)
+    assert a.get(f"/v1/sessions/{sid}").status_code == 404
+    assert a.get(f"/v1/sessions/{sid}/messages", params={"tail": 5}).status_code == 404
+    listed = a.get("/v1/sessions", params={"q": sid, "limit": 1000}).json()["items"]
+    assert sid not in {s["id"] for s in listed}
+    assert sid not in a.get("/v1/export").text
+    again = a.post("/v1/sessions", json={"id": sid})
+    assert again.status_code == 201, again.text
+    assert a.get(f"/v1/sessions/{sid}/messages", params={"tail": 5}).json()["messages"] == []
+    assert a.post("/v1/sessions", json={"id": sid}).status_code == 409  # a live one: taken

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime
 from typing import IO
 
 from starlette.responses import FileResponse, Response, StreamingResponse
@@ -18,7 +17,7 @@ from ..stores.base import BaseStore, Store
 from .app import Context, Endpoint, Param, call_store, run
 from .errors import HTTPError
 from .schema import EraseBody, EraseOut, ImportOut, Me, PurgeOut
-from .wire import body_chunks, json_response, query_str, too_large
+from .wire import body_chunks, json_response, query_str, too_large, url_safe_id
 
 __all__ = ["ROUTES"]
 
@@ -163,6 +162,10 @@ async def import_(ctx: Context) -> Response:
             await run(spool.write, b"".join(pending))
 
         def load() -> int:
+            check = getattr(ctx.store, "check_import", None)
+            if check is not None:  # a first pass: a bad line stores nothing
+                spool.seek(0)
+                check(_lines(spool, limits.json_bytes), tenant=ctx.tenant, check_id=url_safe_id)
             spool.seek(0)
             return ctx.store.import_(_lines(spool, limits.json_bytes), tenant=ctx.tenant)
 
@@ -213,21 +216,12 @@ async def erase(ctx: Context) -> Response:
 
 
 def _purge_tenant(store: Store, tenant: str) -> int:
-    """Delete this tenant's expired sessions (and their forks).
-
-    ``Store.purge_expired`` works across every tenant and counts them all, which
-    a tenant may neither trigger nor see; until the engine takes a ``tenant``,
-    this uses the engine's own primitives, the way ``purge_expired`` does.
-    """
+    """Delete this tenant's expired sessions (and their forks), by the store's clock.
+    (``Store.purge_expired()`` without a tenant works across every tenant, which a
+    tenant may neither trigger nor see.)"""
     if not isinstance(store, BaseStore):
         raise HTTPError(501, "not_available", "purging is not available on this store")
-    deleted = 0
-    for owner, sid in store._b_expired(datetime.now(UTC)):
-        if owner == tenant and store._b_get_session(tenant, sid) is not None:
-            deleted += store._delete_tree(tenant, sid)
-    if deleted:
-        store._b_gc_assets(tenant)
-    return deleted
+    return store.purge_expired(tenant=tenant)
 
 
 async def purge(ctx: Context) -> Response:

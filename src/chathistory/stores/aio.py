@@ -122,8 +122,8 @@ class AsyncStoreAdapter:
     async def erase(self, *, tenant: str, user: str | None = None) -> int:
         return await asyncio.to_thread(self.store.erase, tenant=tenant, user=user)
 
-    async def purge_expired(self) -> int:
-        return await asyncio.to_thread(self.store.purge_expired)
+    async def purge_expired(self, *, tenant: str | None = None) -> int:
+        return await asyncio.to_thread(self.store.purge_expired, tenant=tenant)
 
     async def get_asset(self, sha256: str, *, tenant: str = DEFAULT_TENANT) -> bytes:
         return await asyncio.to_thread(self.store.get_asset, sha256, tenant=tenant)

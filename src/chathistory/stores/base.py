@@ -13,21 +13,76 @@ so one tenant can never name another's session.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import timedelta
+from typing import Any
 
 import msgspec
 
 from ..errors import Conflict, InvalidMessage, NotFound
 from ..model import KVStatus, Message, new_id
 from .engine import Engine, _check_id, _check_user, _message_decoder
+from .errors import translate_store_error
 from .model import DEFAULT_TENANT, Session, utcnow
 from .protocol import AppendTxn, Store
 
 __all__ = ["AppendTxn", "BaseStore", "Store"]
 
+log = logging.getLogger("chathistory.stores")
+
 
 class BaseStore(Engine):
     """A store: the engine plus changes, branches, retention, export and import."""
+
+    # ================================================================ sessions
+
+    def create_session(self, session_id: str | None = None, *, tenant: str = DEFAULT_TENANT,
+                       user: str | None = None, metadata: dict[str, Any] | None = None,
+                       state: dict[str, Any] | None = None,
+                       ttl: timedelta | float | None = None) -> Session:
+        """A new empty session; ``Conflict`` when the id is taken in this tenant by a
+        session that has not expired (an expired one, purged or not, is replaced)."""
+        try:
+            return super().create_session(session_id, tenant=tenant, user=user,
+                                          metadata=metadata, state=state, ttl=ttl)
+        except Conflict:
+            if session_id is None or not self._drop_expired(tenant, session_id):
+                raise
+        return super().create_session(session_id, tenant=tenant, user=user,
+                                      metadata=metadata, state=state, ttl=ttl)
+
+    def _insert_fresh(self, session: Session) -> None:
+        """``_b_insert_session``, replacing an expired session of the same id."""
+        try:
+            self._b_insert_session(session)
+        except Conflict:
+            if not self._drop_expired(session.tenant, session.id):
+                raise
+            self._b_insert_session(session)  # Conflict again: another create won the id
+
+    def _drop_expired(self, tenant: str, session_id: str) -> bool:
+        """Delete the session (and its forks, as a purge would) if it has expired;
+        False if it is live. An expired session is gone for every route, so its id
+        is free: the caller inserts again. Whoever bumps its version first deletes it,
+        so two creates racing for the id do not both delete."""
+        found = self._b_get_session(tenant, session_id)
+        if found is None:
+            return True  # purged meanwhile
+        if not found.is_expired(self.now()):
+            return False
+        if self._b_save_session(msgspec.structs.replace(found, version=found.version + 1),
+                                found.version):
+            self._delete_tree(tenant, session_id)
+            self._b_gc_assets(tenant)
+        return True
+
+    def _live_children(self, session: Session) -> list[Session]:
+        """Sessions forked from this one that have not expired (never itself: parent
+        links that loop were stored by imports of 0.1)."""
+        now = self.now()
+        return [c for c in self._b_children(session.tenant, session.id)
+                if c.id != session.id and not c.is_expired(now)]
 
     # ================================================================ changing
 
@@ -108,7 +163,7 @@ class BaseStore(Engine):
         raise Conflict(f"session {session_id!r} kept changing; try again")
 
     def _refuse_if_shared(self, session: Session, seq: int) -> None:
-        for child in self._b_children(session.tenant, session.id):
+        for child in self._live_children(session):
             if child.fork_seq > seq:
                 raise Conflict(f"fork {child.id!r} shares message {seq} of session "
                                f"{session.id!r}; change the fork instead")
@@ -171,6 +226,9 @@ class BaseStore(Engine):
 
             ends_reasoning = is_reasoning_only(_message_decoder.decode(last.data))
         sid = _check_id(new_session_id or new_id(), "session_id")
+        if not 0 <= fork_seq <= session.message_count:
+            raise InvalidMessage(f"a fork of {session.id!r} starts at a position from 0 to "
+                                 f"{session.message_count}, not {fork_seq}", "$.fork_seq")
         now = utcnow()
         child = Session(
             id=sid, tenant=session.tenant, user=session.user, metadata=dict(session.metadata),
@@ -179,7 +237,7 @@ class BaseStore(Engine):
             root_id=session.root_id or session.id, message_count=fork_seq,
             token_count=token_count, ends_reasoning_only=ends_reasoning,
             joined=[[lo, min(hi, fork_seq)] for lo, hi in session.joined if lo < fork_seq])
-        self._b_insert_session(child)
+        self._insert_fresh(child)
         return child
 
     def edit(self, session_id: str, message_id: str, message: Message, *,
@@ -198,10 +256,25 @@ class BaseStore(Engine):
     def lineage(self, session_id: str, *, tenant: str = DEFAULT_TENANT) -> list[Session]:
         """Every branch of this session's tree (the root and all forks), oldest first."""
         session = self.get_session(session_id, tenant=tenant)
-        tree = self._b_tree(tenant, session.root_id or session.id)
+        now = self.now()
+        tree = [s for s in self._b_tree(tenant, session.root_id or session.id)
+                if not s.is_expired(now)]
         return sorted(tree, key=lambda s: (s.created_at, s.id))
 
     # ================================================================ retention
+
+    def delete_session(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
+                       cascade: bool = False) -> None:
+        """Delete a session and its messages. Forks share its messages: deleting a
+        session that has forks needs ``cascade=True``, which deletes them too (at any
+        depth; expired forks go along either way)."""
+        session = self.get_session(session_id, tenant=tenant)
+        children = self._live_children(session)
+        if children and not cascade:
+            raise Conflict(f"session {session_id!r} has {len(children)} fork(s) sharing its "
+                           "messages; pass cascade=True to delete them too")
+        self._delete_tree(tenant, session_id)
+        self._b_gc_assets(tenant)
 
     def erase(self, *, tenant: str, user: str | None = None) -> int:
         """Delete every session (forks included), message and asset of a data
@@ -217,23 +290,62 @@ class BaseStore(Engine):
         self._b_gc_assets(tenant)
         return deleted
 
-    def _delete_tree(self, tenant: str, session_id: str) -> int:
-        deleted = 0
-        for child in self._b_children(tenant, session_id):
-            deleted += self._delete_tree(tenant, child.id)
-        self._b_delete_session(tenant, session_id)
-        return deleted + 1
+    def _tree_below(self, tenant: str, session_id: str) -> list[str]:
+        """The session and every session forked from it at any depth, parents before
+        their forks, each once: a walk with a visited set, never a recursion, so a
+        deep tree or parent links that loop (stored by imports of 0.1) end."""
+        order, seen = [session_id], {session_id}
+        for sid in order:  # grows as it goes: breadth first
+            for child in self._b_children(tenant, sid):
+                if child.id not in seen:
+                    seen.add(child.id)
+                    order.append(child.id)
+        return order
 
-    def purge_expired(self) -> int:
-        """Delete sessions past their TTL (and their forks); returns how many."""
-        deleted = 0
-        tenants: set[str] = set()
-        for tenant, sid in self._b_expired(utcnow()):
-            if self._b_get_session(tenant, sid) is not None:
-                deleted += self._delete_tree(tenant, sid)
-                tenants.add(tenant)
-        for tenant in tenants:
-            self._b_gc_assets(tenant)
+    def _delete_tree(self, tenant: str, session_id: str) -> int:
+        order = self._tree_below(tenant, session_id)
+        for sid in reversed(order):  # forks first: an interruption leaves no orphan fork
+            self._b_delete_session(tenant, sid)
+        return len(order)
+
+    def purge_expired(self, *, tenant: str | None = None) -> int:
+        """Delete sessions past their TTL by the store's clock (``now``), and their
+        forks; only ``tenant``'s when given. Returns how many were deleted.
+
+        One session's failure (data a bug or an older release left broken) is logged
+        (``chathistory.stores``, with its tenant and id), counted in the closing log
+        line and skipped: it never stops the purge of the others, nor another
+        tenant's. An error meaning the store cannot serve (``translate_store_error``)
+        stops it."""
+        now = self.now(fresh=True)
+        deleted = failed = 0
+        purged: set[str] = set()
+        for owner, sid in self._b_expired(now):
+            if tenant is not None and owner != tenant:
+                continue
+            try:
+                found = self._b_get_session(owner, sid)
+                if found is not None and found.is_expired(now):
+                    deleted += self._delete_tree(owner, sid)
+                    purged.add(owner)
+            except Exception as exc:
+                if translate_store_error(exc) is not None:
+                    raise
+                failed += 1
+                log.exception("purge_expired: session %r of tenant %r could not be deleted; "
+                              "going on with the others", sid, owner)
+        for owner in sorted(purged):
+            try:
+                self._b_gc_assets(owner)
+            except Exception as exc:
+                if translate_store_error(exc) is not None:
+                    raise
+                failed += 1
+                log.exception("purge_expired: the assets of tenant %r could not be "
+                              "collected; going on", owner)
+        if failed:
+            log.error("purge_expired: %d session(s) deleted, %d failure(s) (logged above)",
+                      deleted, failed)
         return deleted
 
     # ================================================================ export / import
@@ -262,14 +374,22 @@ class BaseStore(Engine):
         after: tuple[str, str] | None = None
         while True:
             batch = self._b_list_sessions(tenant, after, 200, None)
-            yield from batch
+            now = self.now()
+            yield from (s for s in batch if not s.is_expired(now))
             if len(batch) < 200:
                 return
             after = (batch[-1].created_at.isoformat(), batch[-1].id)
 
     def import_(self, lines: Iterable[bytes | str], *, tenant: str | None = None) -> int:
         """Load ``export()`` output; sessions that exist are continued, messages that
-        exist are skipped (by id), so an import can be retried. Returns messages added."""
+        exist are skipped (by id), so an import can be retried. Returns messages added.
+
+        A list (any ``Sequence``) of lines is checked whole first (``check_import``):
+        a bad line then stores nothing. Lines given once (a generator, a file) are
+        checked as they come and committed 500 messages at a time, so a bad line
+        stops the import there; call ``check_import`` on a first pass to avoid that."""
+        if isinstance(lines, Sequence):
+            self.check_import(lines, tenant=tenant)
         added = 0
         pending: list[Message] = []
         current: tuple[str, str] | None = None
@@ -283,51 +403,160 @@ class BaseStore(Engine):
             pending.clear()
             return n
 
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                record = msgspec.json.decode(line)
-            except msgspec.DecodeError as exc:
-                raise InvalidMessage(f"line {number} is not JSON: {exc}", "$") from None
-            kind = record.get("kind") if isinstance(record, dict) else None
-            if kind == "session":
+        for number, record in _records(lines):
+            if record["kind"] == "session":
                 added += flush()
-                session = Session.from_dict(record["session"])
+                session = _session_of(record, number)
                 t = tenant or session.tenant
                 current = (t, session.id)
-                if self._b_get_session(t, session.id) is None:
-                    self._import_session(session, t)
-            elif kind == "message":
+                path = f"$.line[{number}].session"
+                self._check_new_session(session, t, path)  # before a lookup by its id
+                if not self._is_live(self._b_get_session(t, session.id)):
+                    self._import_session(session, t, path)
+            else:
                 if current is None or record.get("session_id") != current[1]:
                     raise InvalidMessage(f"line {number}: a message before its session",
-                                         "$.session_id")
-                from ..model.codec import message_from_builtins
-
-                try:
-                    pending.append(message_from_builtins(record["message"]))
-                except InvalidMessage as exc:
-                    raise exc.under(f"$.line[{number}].message") from None
+                                         f"$.line[{number}].session_id")
+                pending.append(_message_of(record, number))
                 if len(pending) >= 500:
                     added += flush()
-            else:
-                raise InvalidMessage(f"line {number}: unknown kind {kind!r}", "$.kind")
         return added + flush()
 
-    def _import_session(self, session: Session, tenant: str) -> None:
-        _check_id(session.id, "session_id")  # as create_session would
-        _check_user(session.user)
-        if session.parent_id is not None and session.fork_seq:
+    def check_import(self, lines: Iterable[bytes | str], *, tenant: str | None = None,
+                     check_id: Callable[[str, str], object] | None = None) -> None:
+        """Check ``export()`` output before importing it, storing nothing: each line
+        is JSON of a known kind; each message follows its session line and is valid;
+        each session to be created has an id ``create_session`` accepts (and that
+        ``check_id(id, path)`` accepts; the server passes its URL rule), and a fork
+        names a parent stored or earlier in the lines (so parent links never loop: a
+        session is never its own ancestor) and starts within it (``0 <= fork_seq <=``
+        the parent's messages). Raises ``InvalidMessage`` naming the line and field
+        (``$.line[3].session.parent_id``). Sessions that exist are continued by an
+        import, so only their messages are checked."""
+        counts: dict[tuple[str, str], int] = {}  # session -> messages it will have at most
+        current: tuple[str, str] | None = None
+        for number, record in _records(lines):
+            if record["kind"] == "message":
+                if current is None or record.get("session_id") != current[1]:
+                    raise InvalidMessage(f"line {number}: a message before its session",
+                                         f"$.line[{number}].session_id")
+                _message_of(record, number)
+                counts[current] += 1
+                continue
+            session = _session_of(record, number)
+            t = tenant or session.tenant
+            current = (t, session.id)
+            if current in counts:
+                continue  # the same session again: continued
+            path = f"$.line[{number}].session"
+            self._check_new_session(session, t, path)  # before a lookup by its id
+            stored = self._b_get_session(t, session.id)
+            if self._is_live(stored):
+                assert stored is not None
+                counts[current] = stored.message_count
+                continue
+            if check_id is not None:
+                check_id(session.id, path + ".id")
+            if session.parent_id is None:
+                counts[current] = 0
+                continue
+            parent_key = (t, session.parent_id)
+            if parent_key in counts:
+                parent_count = counts[parent_key]
+            else:
+                parent = self._b_get_session(t, session.parent_id)
+                if not self._is_live(parent):
+                    raise _unknown_parent(session, path)
+                assert parent is not None
+                parent_count = parent.message_count
+            _check_fork_seq(session, parent_count, path)
+            counts[current] = session.fork_seq
+
+    def _is_live(self, session: Session | None) -> bool:
+        return session is not None and not session.is_expired(self.now())
+
+    @staticmethod
+    def _check_new_session(session: Session, tenant: str, path: str,
+                           check_id: Callable[[str, str], object] | None = None) -> None:
+        try:
+            _check_id(tenant, "tenant")
+            _check_id(session.id, "id")  # as create_session would
+            _check_user(session.user)
+        except InvalidMessage as exc:
+            raise exc.under(path) from None
+        if check_id is not None:
+            check_id(session.id, path + ".id")
+
+    def _import_session(self, session: Session, tenant: str, path: str) -> None:
+        self._check_new_session(session, tenant, path)
+        if session.parent_id is not None:  # a fork, also at position 0
             parent = self._b_get_session(tenant, session.parent_id)
-            if parent is None:
-                raise NotFound(f"fork {session.id!r} needs its parent {session.parent_id!r}; "
-                               "import the parent first")
+            if not self._is_live(parent):
+                raise _unknown_parent(session, path)
+            assert parent is not None
+            _check_fork_seq(session, parent.message_count, path)
             child = self._fork_at(parent, session.fork_seq, session.id)
             self.update_session(child.id, tenant=tenant, metadata=session.metadata,
                                 state=session.state)
             return
         fresh = msgspec.structs.replace(
             session, tenant=tenant, version=0, message_count=0, token_count=0,
-            ends_reasoning_only=False, fork_seq=0, joined=[], parent_id=session.parent_id,
-            root_id=session.root_id or session.id)
-        self._b_insert_session(fresh)
+            ends_reasoning_only=False, fork_seq=0, joined=[], root_id=session.id)
+        self._insert_fresh(fresh)
+
+
+def _records(lines: Iterable[bytes | str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, record)`` of each non-blank line, its kind checked."""
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = msgspec.json.decode(line)
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
+            raise InvalidMessage(f"line {number} is not JSON: {exc}",
+                                 f"$.line[{number}]") from None
+        kind = record.get("kind") if isinstance(record, dict) else None
+        if kind not in ("session", "message"):
+            raise InvalidMessage(f"line {number}: unknown kind {kind!r}",
+                                 f"$.line[{number}].kind")
+        yield number, record
+
+
+def _session_of(record: dict[str, Any], number: int) -> Session:
+    path = f"$.line[{number}].session"
+    data = record.get("session")
+    if not isinstance(data, dict):
+        raise InvalidMessage(f"line {number}: a session record needs a session object", path)
+    try:
+        return Session.from_dict(data)
+    except InvalidMessage as exc:
+        raise exc.under(path) from None
+
+
+def _message_of(record: dict[str, Any], number: int) -> Message:
+    from ..model.codec import message_from_builtins
+
+    data = record.get("message")
+    if not isinstance(data, dict):
+        raise InvalidMessage(f"line {number}: a message record needs a message object",
+                             f"$.line[{number}].message")
+    try:
+        return message_from_builtins(data)
+    except InvalidMessage as exc:
+        raise exc.under(f"$.line[{number}].message") from None
+
+
+def _unknown_parent(session: Session, path: str) -> InvalidMessage:
+    if session.parent_id == session.id:
+        return InvalidMessage(f"session {session.id!r} names itself as its parent",
+                              path + ".parent_id")
+    return InvalidMessage(f"fork {session.id!r} needs its parent {session.parent_id!r}, which "
+                          "is neither stored nor earlier in the import (an export lists "
+                          "parents before their forks)", path + ".parent_id")
+
+
+def _check_fork_seq(session: Session, parent_count: int, path: str) -> None:
+    if not 0 <= session.fork_seq <= parent_count:
+        raise InvalidMessage(f"fork {session.id!r} starts at position {session.fork_seq} of "
+                             f"{session.parent_id!r}, which has {parent_count} message(s)",
+                             path + ".fork_seq")

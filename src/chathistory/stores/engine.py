@@ -25,6 +25,7 @@ from ..groups import Groups
 from ..model import KVStatus, Message, ToolCall, ToolResult, new_id
 from ..model.codec import _strip_part, encode
 from ..tokens import TokenCounter, cached_count, get_counter
+from .clock import StoreClock
 from .model import DEFAULT_TENANT, Page, Row, Session, utcnow
 from .protocol import AppendTxn
 
@@ -36,14 +37,15 @@ T = TypeVar("T")
 
 
 
-def _ttl_deadline(ttl: timedelta | float | None) -> datetime | None:
+def _ttl_deadline(ttl: timedelta | float | None, now: datetime) -> datetime | None:
+    """``now`` (the store's clock) plus ``ttl``."""
     if ttl is None:
         return None
     seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
     if not seconds > 0:  # NaN too
         raise ValueError("ttl must be positive")
     try:
-        return utcnow() + timedelta(seconds=seconds)
+        return now + timedelta(seconds=seconds)
     except OverflowError:
         raise ValueError(f"ttl of {seconds:g} seconds ends after the year 9999") from None
 
@@ -66,6 +68,12 @@ class Engine:
 
     def __init__(self, counter: str | TokenCounter | None = None) -> None:
         self.counter: TokenCounter = get_counter(counter)
+        self._clock = StoreClock(self._b_clock)
+
+    def now(self, *, fresh: bool = False) -> datetime:
+        """The current time by the store's clock, which judges every TTL (``clock.py``):
+        PostgreSQL's ``now()``, Redis's ``TIME``; this machine's for SQLite and memory."""
+        return self._clock.now(fresh=fresh)
 
     # ================================================================ backend primitives
 
@@ -172,6 +180,10 @@ class Engine:
         """(tenant, id) of sessions whose ``expires_at`` is past."""
         raise NotImplementedError
 
+    def _b_clock(self) -> datetime | None:
+        """The store's own clock (one round trip), or None when it is this machine's."""
+        return None
+
     def close(self) -> None:
         """Release connections."""
 
@@ -194,7 +206,7 @@ class Engine:
         now = utcnow()
         session = Session(id=sid, tenant=tenant, user=user, metadata=dict(metadata or {}),
                           state=dict(state or {}), created_at=now, updated_at=now,
-                          expires_at=_ttl_deadline(ttl), root_id=sid)
+                          expires_at=_ttl_deadline(ttl, self.now()), root_id=sid)
         _check_json(session.metadata, "metadata")
         _check_json(session.state, "state")
         self._b_insert_session(session)
@@ -203,7 +215,7 @@ class Engine:
     def get_session(self, session_id: str, *, tenant: str = DEFAULT_TENANT) -> Session:
         """The session; ``NotFound`` when unknown or expired."""
         session = self._b_get_session(tenant, session_id)
-        if session is None or session.is_expired():
+        if session is None or session.is_expired(self.now()):
             raise NotFound(f"no session {session_id!r}")
         return session
 
@@ -230,7 +242,7 @@ class Engine:
         needle = _Needle(query) if query else None
         size = limit if needle is None else max(limit, 100)  # a search reads larger batches
         out: list[Session] = []
-        now = utcnow()
+        now = self.now()
         while True:
             batch = self._b_list_sessions(tenant, after, size, user, recent=recent)
             kept = [s for s in batch if not s.is_expired(now) and (
@@ -270,25 +282,11 @@ class Engine:
             if state is not None:
                 changes["state"] = dict(state)
             if ttl is not None:
-                changes["expires_at"] = _ttl_deadline(ttl)
+                changes["expires_at"] = _ttl_deadline(ttl, self.now())
             updated = msgspec.structs.replace(current, **changes)
             if self._b_save_session(updated, current.version):
                 return updated
         raise Conflict(f"session {session_id!r} kept changing; try again")
-
-    def delete_session(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
-                       cascade: bool = False) -> None:
-        """Delete a session and its messages. Forks share its messages: deleting a
-        session that has forks needs ``cascade=True``, which deletes them too."""
-        self.get_session(session_id, tenant=tenant)
-        children = self._b_children(tenant, session_id)
-        if children and not cascade:
-            raise Conflict(f"session {session_id!r} has {len(children)} fork(s) sharing its "
-                           "messages; pass cascade=True to delete them too")
-        for child in children:
-            self.delete_session(child.id, tenant=tenant, cascade=True)
-        self._b_delete_session(tenant, session_id)
-        self._b_gc_assets(tenant)
 
     # ================================================================ appending
 
@@ -312,10 +310,11 @@ class Engine:
             return self.get_session(session_id, tenant=tenant).version
         counter = self.counter
         tokens = [cached_count(m, counter) for m in batch]  # outside the transaction
+        now = self.now()  # (it may read the store's clock: not inside the transaction)
 
         def run(tx: AppendTxn) -> int:
             session = tx.session
-            if session is None or session.is_expired():
+            if session is None or session.is_expired(now):
                 raise NotFound(f"no session {session_id!r}")
             ids = [m.id for m in batch]
             existing = tx.existing(ids)
@@ -381,12 +380,17 @@ class Engine:
         session's own rows, then each ancestor's rows below the fork point."""
         out: list[tuple[Session, int, int]] = []
         current, hi = session, session.message_count
+        seen = {session.id}
         while True:
             lo = current.fork_seq if current.parent_id is not None else 0
             if hi > lo:
                 out.append((current, lo, hi))
             if current.parent_id is None or lo == 0:
                 return out
+            if current.parent_id in seen:  # stored by an import of 0.1 (now refused)
+                raise NotFound(f"session {session.id!r}: its chain of parents loops back to "
+                               f"{current.parent_id!r}")
+            seen.add(current.parent_id)
             parent = self._b_get_session(current.tenant, current.parent_id)
             if parent is None:
                 raise NotFound(f"session {current.id!r} lost its parent {current.parent_id!r}")
@@ -542,7 +546,7 @@ class Engine:
             session = self.get_session(session_id, tenant=tenant)
         else:
             found, first_rows = probe
-            if found is None or found.is_expired():
+            if found is None or found.is_expired(self.now()):
                 raise NotFound(f"no session {session_id!r}")
             session = found
             if session.parent_id is not None:  # a fork reads through its ancestors
@@ -963,8 +967,12 @@ def regroup_spans(sessions: Mapping[tuple[str, str], Session],
             continue
         chain = [(calls(key), session.message_count)]
         current, end = session, session.fork_seq
+        seen = {key}
         while current.parent_id is not None and (key[0], current.parent_id) in sessions:
             parent_key = (key[0], current.parent_id)
+            if parent_key in seen:  # parent links that loop (an import of 0.1): stop
+                break
+            seen.add(parent_key)
             chain.append((calls(parent_key), end))
             current = sessions[parent_key]
             if current.parent_id is not None:

@@ -35,7 +35,7 @@ import asyncio
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -1032,4 +1032,9 @@ class PostgresStore(BaseStore):
 
     def _b_expired(self, now: datetime) -> list[tuple[str, str]]:
         return [(tenant, sid) for tenant, sid in self._execute(self._q.expired, (now,))]
+
+    def _b_clock(self) -> datetime:
+        """PostgreSQL's ``now()``: every process judges TTLs by the server's clock."""
+        stamp: datetime = self._execute("SELECT now()", ())[0][0]
+        return stamp.astimezone(UTC)
 

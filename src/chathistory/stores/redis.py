@@ -59,7 +59,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -820,6 +820,11 @@ class RedisStore(BaseStore):
                     self._fix_expiry_script(keys=[key], args=[
                         member, repr(score), "" if expires is None else repr(expires.timestamp())])
         return out
+
+    def _b_clock(self) -> datetime:
+        """Redis's ``TIME``: every process judges TTLs by the server's clock."""
+        seconds, micros = self._r.time()
+        return datetime.fromtimestamp(int(seconds), UTC) + timedelta(microseconds=int(micros))
 
 
 def _parse_url(url: str) -> tuple[str, bool]:

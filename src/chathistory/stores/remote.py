@@ -439,9 +439,9 @@ class RemoteStore:
         deleted: int = msgspec.json.decode(response.content)["deleted"]
         return deleted
 
-    def purge_expired(self) -> int:
+    def purge_expired(self, *, tenant: str | None = None) -> int:
         """Delete the expired sessions of this store's tenant; returns how many."""
-        response = self._request("POST", "/v1/purge-expired")
+        response = self._request("POST", "/v1/purge-expired", tenant=tenant)
         purged: int = msgspec.json.decode(response.content)["purged"]
         return purged
 
