@@ -76,6 +76,14 @@ def inspect(store: Store, before: list[str] | None) -> dict[str, Any]:
 
         known = [name for name, _ in PG_MIGRATIONS]
         applied = _postgres_applied(store)
+    elif backend == "RedisStore":  # data steps only, recorded in the P:migrations set
+        from ..stores.redis import MIGRATIONS as REDIS_MIGRATIONS
+
+        known = list(REDIS_MIGRATIONS)
+        client: Any = getattr(store, "_r")  # noqa: B009  (the store's own client)
+        done = {m.decode() if isinstance(m, bytes) else str(m)
+                for m in client.smembers(f"{getattr(store, 'prefix')}:migrations")}  # noqa: B009
+        applied = [name for name in known if name in done]
     report: dict[str, Any] = {
         "backend": backend,
         "schema_version": len(applied) if applied is not None else None,
