@@ -144,10 +144,20 @@ def test_tool_result_in_tool_result_content_path(png_bytes: bytes) -> None:
     assert info.value.path == "$.parts[0].content[0].attachment.mime_type"
 
 
-def test_invalid_tool_call_arguments_json() -> None:
-    with pytest.raises(InvalidMessage) as info:
-        Message.assistant("", [{"id": "c", "name": "f", "arguments": "{not json"}])
-    assert info.value.path == "$.parts[0].arguments"
+def test_tool_call_arguments_that_are_not_json_are_kept_as_sent() -> None:
+    """A model's arguments string that is not a JSON object (truncated at
+    finish_reason=length) is kept byte for byte, never refused (issue 16)."""
+    message = Message.assistant("", [{"id": "c", "name": "f", "arguments": "{not json"}])
+    call = message.parts[0]
+    assert isinstance(call, ToolCall)
+    assert call.arguments == {} and call.raw_arguments == "{not json"
+    assert call.arguments_json == "{not json"
+    message.validate()
+    spaced = Message.assistant("", [{"id": "c", "name": "f", "arguments": '{"a": 1}'}])
+    assert spaced.parts[0].arguments_json == '{"a": 1}'  # type: ignore[union-attr]
+    with pytest.raises(InvalidMessage) as info:  # a non-string, non-mapping call is refused
+        Message.assistant("", [["not", "a", "call"]])  # type: ignore[list-item]
+    assert info.value.path == "$.parts[0]"
 
 
 def test_attachment_from_bytes_sniffs(png_bytes: bytes, wav_bytes: bytes, pdf_bytes: bytes) -> None:

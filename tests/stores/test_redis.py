@@ -173,10 +173,11 @@ def test_every_key_of_a_session_shares_one_slot(redis_store: RedisStore,
         f"refs:{png_sha(png_bytes)}",
         f"tree:{_esc(sid)}", f"children:{_esc(sid)}"}  # no TTL: no expiry entry
     assert len({key_slot(k.encode()) for k in tenant_keys}) == 1
-    # every key is one of this session's, its fork's, the tenant's or the tenant list
+    # every key is one of this session's, its fork's, the tenant's, the tenant list or
+    # the record of the data steps applied
     fork_keys = set(redis_store._keys(tenant, fork.id))
     assert keys == set(own) | (fork_keys & keys) | set(tenant_keys) | {
-        f"{redis_store.prefix}:tenants"}
+        f"{redis_store.prefix}:tenants", f"{redis_store.prefix}:migrations"}
 
 
 def test_escaped_ids_do_not_collide(redis_store: RedisStore) -> None:

@@ -10,7 +10,6 @@ need not be re-tokenized.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -102,18 +101,10 @@ def _tool_call(item: ToolCall | Mapping[str, Any], path: str) -> ToolCall:
     if not isinstance(item, Mapping):
         raise InvalidMessage(f"expected a ToolCall or a mapping, got {type(item).__name__}", path)
     args: Any = item.get("arguments", {})
-    if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise InvalidMessage(
-                f"arguments are not valid JSON: {exc}", path + ".arguments"
-            ) from None
-    return ToolCall(
-        id=str(item.get("id") or new_id()),
-        name=str(item.get("name", "")),
-        arguments=args,
-    )
+    call_id, name = str(item.get("id") or new_id()), str(item.get("name", ""))
+    if isinstance(args, str):  # the model's string, kept as it is when not an object
+        return ToolCall.from_json_arguments(args, id=call_id, name=name)
+    return ToolCall(id=call_id, name=name, arguments=args)
 
 
 class Message(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
