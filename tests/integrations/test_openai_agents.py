@@ -381,7 +381,9 @@ def test_items_are_stored_as_real_messages(store: BaseStore) -> None:
     assert [m.role for m in stored] == ["system", "user", "assistant", "assistant", "tool",
                                         "assistant", "assistant", "tool", "assistant", "user"]
     assert isinstance(stored[2].parts[0], Reasoning)
+    # the SDK's arguments string is kept byte for byte (it is spaced: not compact JSON)
     assert stored[3].parts == [ToolCall(id="c1", name="lookup", arguments={"q": "x"},
+                                        raw_arguments='{"q": "x"}',
                                         provider_metadata=stored[3].parts[0].provider_metadata)]
     result = stored[4].parts[0]
     assert isinstance(result, ToolResult) and (result.call_id, result.content) == ("c1", "42")
