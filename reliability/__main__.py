@@ -3,7 +3,8 @@ print one table; the exit status is 1 when any check failed.
 
 Checks: crash (SIGKILL of writers and servers, then verification), concurrency
 (many processes on one session), soak (bounded-time load on a server), fuzz and
-isolation (when present). See docs/reliability.md."""
+isolation (when present), hostile and frontdoor (attacks while another tenant
+measures the server). See docs/reliability.md."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 
 from .common import Result
 
-CHECKS = ("crash", "concurrency", "soak", "fuzz", "isolation", "hostile")
+CHECKS = ("crash", "concurrency", "soak", "fuzz", "isolation", "hostile", "frontdoor")
 """The registry: modules of this package, each with ``run(quick: bool) -> list[Result]``."""
 
 

@@ -21,13 +21,17 @@ import uvicorn
 from chathistory import Message
 from chathistory.server import auth
 from chathistory.server.app import create_app
+from chathistory.server.connections import ConnectionLimits, server_options
 from chathistory.stores import BaseStore, MemoryStore
 
 
 class LiveServer:
-    """``app`` served by uvicorn on 127.0.0.1 (a free port) until ``stop()``."""
+    """``app`` served by uvicorn on 127.0.0.1 (a free port) until ``stop()``, with
+    the protocol ``chathistory serve`` uses (``server.connections``) under
+    ``connections`` (default: its defaults)."""
 
-    def __init__(self, app: Any, *, limit_concurrency: int | None = None) -> None:
+    def __init__(self, app: Any, *, limit_concurrency: int | None = None,
+                 connections: ConnectionLimits | None = None) -> None:
         self.app = app
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -35,7 +39,8 @@ class LiveServer:
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                limit_concurrency=limit_concurrency)
+                                limit_concurrency=limit_concurrency,
+                                **server_options(connections or ConnectionLimits()))
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                        daemon=True)

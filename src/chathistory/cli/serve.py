@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..errors import MissingDependency
 from ._common import add_command, add_store_option, guarded, store_url
 
 HELP = "serve a store over HTTP (API under /v1, viewer at /)"
@@ -12,6 +13,8 @@ EPILOG = """\
 Without API keys in the store (and without --require-keys) the server serves
 tenant 'default' without authentication and only on a loopback address; a
 public --host is refused until keys exist (chathistory keys create TENANT).
+Request heads are limited to 64 KiB and 10 s; past --max-connections (default:
+the open-files limit less a quarter) the connection idle longest is closed.
 Needs the server extra: pip install 'chathistory[server]'.
 
 examples:
@@ -30,6 +33,9 @@ def register(commands: Any) -> None:
                         help="refuse requests without a valid API key")
     parser.add_argument("--workers", type=int, default=1,
                         help="server processes (default 1; the server keeps no state)")
+    parser.add_argument("--max-connections", type=int, default=None, metavar="N",
+                        help="open connections per process (default: the open-files limit "
+                        "less a quarter)")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"),
                         help="log level (default info)")
@@ -45,6 +51,16 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--port must be between 0 and 65535")
     if args.workers < 1:
         raise ValueError("--workers must be at least 1")
+    limits = None
+    if args.max_connections is not None:
+        if args.max_connections < 1:
+            raise ValueError("--max-connections must be at least 1")
+        try:
+            from ..server.connections import ConnectionLimits
+        except ImportError as exc:
+            raise MissingDependency(exc.name or "uvicorn", "server") from exc
+        limits = ConnectionLimits(max_connections=args.max_connections)
     serve(store_url(args), host=args.host, port=args.port, asset_dir=args.asset_dir,
-          require_keys=args.require_keys, workers=args.workers, log_level=args.log_level)
+          require_keys=args.require_keys, workers=args.workers, log_level=args.log_level,
+          connections=limits)
     return 0

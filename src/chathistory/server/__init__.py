@@ -26,9 +26,12 @@ import ipaddress
 import os
 import sys
 import tempfile
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import ChatHistoryError, MissingDependency
+
+if TYPE_CHECKING:
+    from .connections import ConnectionLimits
 
 __all__ = ["ServerConfigError", "is_loopback_host", "run"]
 
@@ -59,9 +62,9 @@ def _need_server_extra() -> None:
 
 
 def _config(store_url: str, asset_dir: str, require_keys: bool, log_level: str,
-            access_log: bool) -> dict[str, Any]:
+            access_log: bool, connections: ConnectionLimits | None = None) -> dict[str, Any]:
     return {"store_url": store_url, "asset_dir": asset_dir, "require_keys": require_keys,
-            "log_level": log_level, "access_log": access_log}
+            "log_level": log_level, "access_log": access_log, "connections": connections}
 
 
 def _app_from_env() -> Any:
@@ -69,11 +72,15 @@ def _app_from_env() -> Any:
     import msgspec
 
     from ..stores import open_store
+    from . import connections
     from .app import create_app
     from .logging import configure
 
     config = msgspec.json.decode(os.environ[_ENV])
     configure(config["log_level"], access_log=config["access_log"])  # worker processes too
+    if config.get("connections"):  # before the first connection of this worker
+        connections.configure(msgspec.convert(config["connections"],
+                                              connections.ConnectionLimits))
     store = open_store(config["store_url"])
     return create_app(store, keys_required=config["require_keys"],
                       asset_dir=config["asset_dir"])
@@ -82,13 +89,16 @@ def _app_from_env() -> Any:
 def run(store_url: str = "sqlite:///chathistory.db", host: str = "127.0.0.1",
         port: int = 8000, asset_dir: str = "chathistory-assets", require_keys: bool = False,
         *, workers: int = 1, log_level: str = "info", access_log: bool = True,
-        out: TextIO | None = None) -> None:
+        connections: ConnectionLimits | None = None, out: TextIO | None = None) -> None:
     """Serve ``store_url`` on ``host:port`` until interrupted.
 
     Without any API key in the store and without ``require_keys``, the server
     serves tenant ``default`` without authentication, and so only on a loopback
-    address: a public ``host`` is refused with ``ServerConfigError``. The
-    server holds no state, so ``workers`` > 1 runs that many processes.
+    address: a public ``host`` is refused with ``ServerConfigError``.
+    ``connections``: head size and time limits and the connection cap
+    (``server.connections``; the defaults: 64 KiB, 10 s, the open-files limit less
+    a quarter). The server holds no state, so ``workers`` > 1 runs that many
+    processes.
     """
     _need_server_extra()
     import msgspec
@@ -96,6 +106,7 @@ def run(store_url: str = "sqlite:///chathistory.db", host: str = "127.0.0.1",
 
     from ..stores import open_store
     from . import auth
+    from .connections import configure, server_options
 
     out = out or sys.stderr
     store = open_store(store_url)
@@ -119,9 +130,12 @@ def run(store_url: str = "sqlite:///chathistory.db", host: str = "127.0.0.1",
     elif not keys:
         print("warning: --require-keys but no key exists yet: every request is refused "
               "until one is created (chathistory keys create TENANT)", file=out, flush=True)
-    config = _config(store_url, asset_dir, require_keys, log_level, access_log)
+    config = _config(store_url, asset_dir, require_keys, log_level, access_log, connections)
     os.environ[_ENV] = msgspec.json.encode(config).decode()
     if workers > 1 and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="chathistory-metrics-")
+    if connections is not None:  # here; a worker process does it as it makes the app
+        configure(connections)
     uvicorn.run(_APP_FACTORY, factory=True, host=host, port=port, workers=workers,
-                log_level=log_level, access_log=False, server_header=False)
+                log_level=log_level, access_log=False, server_header=False,
+                **server_options())

@@ -1,0 +1,255 @@
+"""Connections (issue 17, items 5 and 9), against real servers on loopback:
+request heads bounded in size and time, idle connections closed, and a connection
+cap that closes the connection idle longest (``server.connections``)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from serverkit import LiveServer
+
+from chathistory.server import auth
+from chathistory.server.app import create_app
+from chathistory.server.connections import ConnectionLimits
+from chathistory.stores import MemoryStore
+
+# ---------------------------------------------------------------- helpers
+
+
+def connect(server: LiveServer) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", server.port), timeout=10)
+
+
+def answer(sock: socket.socket, timeout: float = 10) -> bytes:
+    """Everything the server sends until it closes (or a reset)."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    return data
+
+
+def closed_within(sock: socket.socket, seconds: float) -> tuple[bool, bytes]:
+    """Whether the server closed ``sock`` within ``seconds``, and what it sent."""
+    sock.settimeout(seconds)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        return True, data
+    except TimeoutError:
+        return False, data
+    return True, data
+
+
+def is_open(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.setblocking(True)
+
+
+class Captured(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def server_log() -> Iterator[Captured]:
+    handler = Captured()
+    logger = logging.getLogger("chathistory.server")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
+def live(app: Any, **limits: Any) -> LiveServer:
+    return LiveServer(app, connections=ConnectionLimits(**limits)).start()
+
+
+@pytest.fixture
+def open_server(tmp_path: Path) -> Iterator[LiveServer]:
+    """Open mode: no key in the store."""
+    server = live(create_app(MemoryStore(counter="approx"), asset_dir=tmp_path / "assets"))
+    yield server
+    server.stop()
+
+
+# ---------------------------------------------------------------- item 5: request heads
+
+
+def test_a_head_over_64_kib_is_answered_431(open_server: LiveServer) -> None:
+    for size in (70_000, 1_000_000):
+        with connect(open_server) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: "
+                         + b"a" * size + b"\r\n\r\n")
+            got = answer(sock)
+        assert got.startswith(b"HTTP/1.1 431 "), got[:100]
+        assert b"request_header_fields_too_large" in got
+    with connect(open_server) as sock:  # 60 KB of headers are still served
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                     + b"".join(b"X-H%d: %s\r\n" % (i, b"b" * 1000) for i in range(60))
+                     + b"\r\n")
+        assert answer(sock).startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_100_mb_header_is_cut_at_once_while_others_are_served(
+        open_server: LiveServer) -> None:
+    started = time.monotonic()
+    sent = 0
+    with connect(open_server) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ")
+        chunk = b"a" * 65536
+        with pytest.raises(OSError):  # broken pipe or reset: the server stopped reading
+            while sent < 100 * 1024 * 1024:
+                sock.sendall(chunk)
+                sent += len(chunk)
+    took = time.monotonic() - started
+    # what was sent is the server's 64 KiB, 1 MiB read and dropped, and socket buffers
+    assert sent < 16 * 1024 * 1024 and took < 3, (sent, took)
+    assert httpx.get(open_server.url + "/healthz", timeout=5).status_code == 200
+
+
+def test_a_head_that_takes_too_long_is_answered_408(tmp_path: Path) -> None:
+    server = live(create_app(MemoryStore(), asset_dir=tmp_path), head_timeout=0.5)
+    try:
+        with connect(server) as sock:  # a head sent a byte every 0.1 s: cut at 0.5 s
+            started = time.monotonic()
+            sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+            with pytest.raises(OSError):
+                for _ in range(50):
+                    sock.sendall(b"X")
+                    time.sleep(0.1)
+            got = answer(sock)
+            assert got.startswith(b"HTTP/1.1 408 "), got
+            assert time.monotonic() - started < 2.5
+        with connect(server) as sock:  # a connection that never sends: closed, no answer
+            assert closed_within(sock, 3) == (True, b"")
+    finally:
+        server.stop()
+
+
+def test_an_idle_keep_alive_connection_is_closed(tmp_path: Path) -> None:
+    server = live(create_app(MemoryStore(), asset_dir=tmp_path), keep_alive=1)
+    try:
+        with connect(server) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            sock.settimeout(5)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            started = time.monotonic()
+            closed, _ = closed_within(sock, 4)
+            assert closed and 0.5 < time.monotonic() - started < 3
+    finally:
+        server.stop()
+
+
+# ---------------------------------------------------------------- item 9: connection cap
+
+
+def test_past_the_cap_the_connection_idle_longest_is_closed(
+        tmp_path: Path, server_log: Captured) -> None:
+    server = live(create_app(MemoryStore(), asset_dir=tmp_path), max_connections=40,
+                  head_timeout=60)
+    held: list[socket.socket] = []
+    try:
+        for _ in range(60):  # half-open: part of a head, then nothing
+            sock = connect(server)
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            held.append(sock)
+        time.sleep(0.3)
+        for _ in range(20):  # every new client is served, at once
+            response = httpx.get(server.url + "/healthz", timeout=2)
+            assert response.status_code == 200
+        time.sleep(0.3)
+        still = [is_open(sock) for sock in held]
+        assert not any(still[:20]) and all(still[-19:]), still  # the oldest went first
+        assert any("connection cap reached" in line and "max_connections 40" in line
+                   for line in server_log.lines), server_log.lines
+    finally:
+        for sock in held:
+            sock.close()
+        server.stop()
+
+
+def test_when_every_connection_is_in_a_request_a_new_one_gets_503(tmp_path: Path) -> None:
+    store = MemoryStore()
+    _, key = auth.create_key(store, "t")
+    server = live(create_app(store, asset_dir=tmp_path, keys_required=True),
+                  max_connections=3)
+    held: list[socket.socket] = []
+    try:
+        for _ in range(3):  # each in a request: a body announced, half sent
+            sock = connect(server)
+            sock.sendall(f"POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: "
+                         f"Bearer {key}\r\nContent-Type: application/json\r\n"
+                         "Content-Length: 100\r\n\r\n{".encode())
+            held.append(sock)
+        time.sleep(0.3)
+        with connect(server) as sock:
+            got = answer(sock, 5)
+        assert got.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in got.lower(), got
+        assert all(is_open(sock) for sock in held)
+    finally:
+        for sock in held:
+            sock.close()
+        server.stop()
+
+
+def test_the_cap_keeps_serving_under_a_stream_of_half_open_connections(
+        tmp_path: Path) -> None:
+    """An attacker opening half-open connections without end, 4 threads: a client
+    that connects and asks is answered every time."""
+    server = live(create_app(MemoryStore(), asset_dir=tmp_path), max_connections=30,
+                  head_timeout=60)
+    stop = threading.Event()
+
+    def attack() -> None:
+        held: list[socket.socket] = []
+        while not stop.is_set():
+            try:
+                sock = connect(server)
+                sock.sendall(b"GET / HTTP/1.1\r\n")
+                held.append(sock)
+            except OSError:
+                pass
+            if len(held) > 50:
+                held.pop(0).close()
+        for sock in held:
+            sock.close()
+
+    threads = [threading.Thread(target=attack, daemon=True) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(0.3)
+        statuses = [httpx.get(server.url + "/healthz", timeout=5).status_code
+                    for _ in range(30)]
+        assert statuses == [200] * 30
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+        server.stop()
