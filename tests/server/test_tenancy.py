@@ -171,8 +171,8 @@ def test_open_mode_serves_loopback_only(tmp_path: Any) -> None:
     store = MemoryStore()
     app = create_app(store, asset_dir=tmp_path)
     # in-process clients: the client address is a value of the ASGI scope, no traffic
-    local = TestClient(app, client=("127.0.0.1", 5000))
-    remote = TestClient(app, client=("10.1.2.3", 5000))
+    local = TestClient(app, base_url="http://localhost", client=("127.0.0.1", 5000))
+    remote = TestClient(app, base_url="http://localhost", client=("10.1.2.3", 5000))
     assert local.get("/v1/me").json()["tenant"] == "default"
     assert local.post("/v1/sessions", json={"id": "s"}).status_code == 201
     refused = remote.get("/v1/sessions/s")

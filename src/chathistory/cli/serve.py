@@ -10,15 +10,19 @@ from ._common import add_command, add_store_option, guarded, store_url
 
 HELP = "serve a store over HTTP (API under /v1, viewer at /)"
 EPILOG = """\
-Without API keys in the store (and without --require-keys) the server serves
-tenant 'default' without authentication and only on a loopback address; a
-public --host is refused until keys exist (chathistory keys create TENANT).
+Until an API key is created in the store (and without --require-keys) the
+server serves tenant 'default' without authentication: only on a loopback
+address (a public --host is refused until keys exist: chathistory keys create
+TENANT), only to requests for Host localhost, 127.0.0.1 or [::1] (--allow-host
+adds a name), and no write from another site. Once a key was created, even a
+revoked one, keys are always required.
 Request heads are limited to 64 KiB and 10 s; past --max-connections (default:
 the open-files limit less a quarter) the connection idle longest is closed.
 Needs the server extra: pip install 'chathistory[server]'.
 
 examples:
   chathistory serve
+  chathistory serve --allow-host chat.localhost
   chathistory serve --store postgresql://app@db/chat --host 0.0.0.0 --port 8080 --require-keys
 """
 
@@ -33,6 +37,9 @@ def register(commands: Any) -> None:
                         help="refuse requests without a valid API key")
     parser.add_argument("--workers", type=int, default=1,
                         help="server processes (default 1; the server keeps no state)")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                        help="without keys, also serve requests for Host NAME (repeatable; "
+                        "'*' for any)")
     parser.add_argument("--max-connections", type=int, default=None, metavar="N",
                         help="open connections per process (default: the open-files limit "
                         "less a quarter)")
@@ -62,5 +69,5 @@ def run(args: argparse.Namespace) -> int:
         limits = ConnectionLimits(max_connections=args.max_connections)
     serve(store_url(args), host=args.host, port=args.port, asset_dir=args.asset_dir,
           require_keys=args.require_keys, workers=args.workers, log_level=args.log_level,
-          connections=limits)
+          allowed_hosts=args.allow_host, connections=limits)
     return 0

@@ -26,6 +26,7 @@ import ipaddress
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import ChatHistoryError, MissingDependency
@@ -62,9 +63,11 @@ def _need_server_extra() -> None:
 
 
 def _config(store_url: str, asset_dir: str, require_keys: bool, log_level: str,
-            access_log: bool, connections: ConnectionLimits | None = None) -> dict[str, Any]:
+            access_log: bool, allowed_hosts: Sequence[str] = (),
+            connections: ConnectionLimits | None = None) -> dict[str, Any]:
     return {"store_url": store_url, "asset_dir": asset_dir, "require_keys": require_keys,
-            "log_level": log_level, "access_log": access_log, "connections": connections}
+            "log_level": log_level, "access_log": access_log,
+            "allowed_hosts": list(allowed_hosts), "connections": connections}
 
 
 def _app_from_env() -> Any:
@@ -83,18 +86,22 @@ def _app_from_env() -> Any:
                                               connections.ConnectionLimits))
     store = open_store(config["store_url"])
     return create_app(store, keys_required=config["require_keys"],
-                      asset_dir=config["asset_dir"])
+                      asset_dir=config["asset_dir"],
+                      allowed_hosts=config.get("allowed_hosts", ()))
 
 
 def run(store_url: str = "sqlite:///chathistory.db", host: str = "127.0.0.1",
         port: int = 8000, asset_dir: str = "chathistory-assets", require_keys: bool = False,
         *, workers: int = 1, log_level: str = "info", access_log: bool = True,
-        connections: ConnectionLimits | None = None, out: TextIO | None = None) -> None:
+        allowed_hosts: Sequence[str] = (), connections: ConnectionLimits | None = None,
+        out: TextIO | None = None) -> None:
     """Serve ``store_url`` on ``host:port`` until interrupted.
 
-    Without any API key in the store and without ``require_keys``, the server
-    serves tenant ``default`` without authentication, and so only on a loopback
-    address: a public ``host`` is refused with ``ServerConfigError``.
+    Without any API key ever created in the store and without ``require_keys``,
+    the server serves tenant ``default`` without authentication, and so only on a
+    loopback address (a public ``host`` is refused with ``ServerConfigError``),
+    only to requests whose ``Host`` is localhost, 127.0.0.1, [::1] or one of
+    ``allowed_hosts``, and no write from another site (``server.frontdoor``).
     ``connections``: head size and time limits and the connection cap
     (``server.connections``; the defaults: 64 KiB, 10 s, the open-files limit less
     a quarter). The server holds no state, so ``workers`` > 1 runs that many
@@ -107,7 +114,12 @@ def run(store_url: str = "sqlite:///chathistory.db", host: str = "127.0.0.1",
     from ..stores import open_store
     from . import auth
     from .connections import configure, server_options
+    from .frontdoor import OpenModePolicy
 
+    try:
+        OpenModePolicy.allowing(allowed_hosts)
+    except ValueError as exc:
+        raise ServerConfigError(f"--allow-host: {exc}") from None
     out = out or sys.stderr
     store = open_store(store_url)
     try:
@@ -130,7 +142,8 @@ def run(store_url: str = "sqlite:///chathistory.db", host: str = "127.0.0.1",
     elif not keys:
         print("warning: --require-keys but no key exists yet: every request is refused "
               "until one is created (chathistory keys create TENANT)", file=out, flush=True)
-    config = _config(store_url, asset_dir, require_keys, log_level, access_log, connections)
+    config = _config(store_url, asset_dir, require_keys, log_level, access_log,
+                     allowed_hosts, connections)
     os.environ[_ENV] = msgspec.json.encode(config).decode()
     if workers > 1 and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="chathistory-metrics-")

@@ -21,7 +21,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -38,6 +38,7 @@ from ..model.parts import MAX_ATTACHMENT_BYTES
 from ..stores.base import Store
 from . import auth
 from .errors import HTTPError, error_body, error_headers
+from .frontdoor import OpenModePolicy, credential
 from .logging import access_log, logger
 from .metrics import Metrics
 from .wire import JSON_TYPE, json_body
@@ -196,19 +197,9 @@ def _is_loopback(host: str | None) -> bool:
     return address.is_loopback or address in _LOOPBACK_V4
 
 
-def _secret(request: Request) -> str | None:
-    header = request.headers.get("authorization")
-    if header:
-        scheme, _, value = header.partition(" ")
-        if scheme.lower() != "bearer" or not value.strip():
-            raise HTTPError(401, "unauthorized", "use Authorization: Bearer <key>",
-                            {"WWW-Authenticate": "Bearer"})
-        return value.strip()
-    return request.headers.get("x-api-key")
-
-
-async def _authenticate(request: Request, service: Service) -> tuple[str, str | None]:
-    secret = _secret(request)
+async def _authenticate(request: Request, service: Service,
+                        policy: OpenModePolicy) -> tuple[str, str | None]:
+    secret = credential(request.headers)
     if secret is not None:
         key = auth.cached(secret, service.key_cache)
         if key is None:
@@ -222,6 +213,7 @@ async def _authenticate(request: Request, service: Service) -> tuple[str, str | 
         if not _is_loopback(client[0] if client else None):
             raise HTTPError(403, "forbidden",
                             "this server has no API keys and answers loopback clients only")
+        policy.check(request)  # a loopback Host; no write from another site
         return DEFAULT_TENANT, None
     raise HTTPError(401, "unauthorized", "an API key is required (Authorization: Bearer <key>)",
                     {"WWW-Authenticate": "Bearer"})
@@ -235,7 +227,8 @@ def error_response(exc: BaseException, request_id: str) -> Response:
     return Response(body, status_code=status, headers=headers, media_type=JSON_TYPE)
 
 
-def _endpoint(spec: Endpoint, service: Service) -> Callable[[Request], Awaitable[Response]]:
+def _endpoint(spec: Endpoint, service: Service,
+              policy: OpenModePolicy) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         request.scope["chathistory.route"] = spec.path
         _service.set(service)  # (each request is its own task: its own context)
@@ -245,7 +238,7 @@ def _endpoint(spec: Endpoint, service: Service) -> Callable[[Request], Awaitable
                 current_tenant.set("(system)")
             else:
                 current_tenant.set("(authentication)")
-                tenant, key_id = await _authenticate(request, service)
+                tenant, key_id = await _authenticate(request, service, policy)
                 current_tenant.set(tenant)
             return await spec.handler(Context(request, service, tenant, key_id))
         except Exception as exc:
@@ -365,7 +358,7 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 
 def create_app(store: Store, *, keys_required: bool = False,
                asset_dir: str | Path = "chathistory-assets", limits: Limits | None = None,
-               key_cache_seconds: float = 5.0) -> App:
+               key_cache_seconds: float = 5.0, allowed_hosts: Iterable[str] = ()) -> App:
     """The v1 API over ``store``.
 
     ``keys_required``: refuse requests without an API key even while no key
@@ -374,6 +367,8 @@ def create_app(store: Store, *, keys_required: bool = False,
     ``asset_dir``: where uploaded attachments are kept (content-addressed).
     ``key_cache_seconds``: how long an accepted key is trusted without reading
     the store again (the delay before a revocation takes effect).
+    ``allowed_hosts``: in open mode, ``Host`` names served besides localhost,
+    127.0.0.1 and [::1] (``"*"``: any); see ``server.frontdoor``.
     """
     from .routes import ROUTES
 
@@ -386,7 +381,8 @@ def create_app(store: Store, *, keys_required: bool = False,
     sys.setswitchinterval(SWITCH_INTERVAL)
     from .viewer import viewer_routes
 
-    api = [Route(spec.path, _endpoint(spec, service), methods=[spec.method])
+    policy = OpenModePolicy.allowing(allowed_hosts)
+    api = [Route(spec.path, _endpoint(spec, service, policy), methods=[spec.method])
            for spec in ROUTES]
     fast: dict[str, list[_FastRoute]] = {}
     for route, spec in zip(api, ROUTES, strict=True):

@@ -8,11 +8,16 @@ one indexed read by key id and a constant-time comparison of hashes; positive
 answers are cached for a few seconds (so a revocation takes effect within that
 time on every process), negative ones never are.
 
+Once a key has been created, the store says so for good: ``create_key`` first
+writes a marker session (``KEYS_CREATED``) that nothing removes, so revoking
+every key never turns a server back to open mode (``has_keys``).
+
 Tenant names starting with ``__`` are reserved and refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import re
@@ -27,6 +32,7 @@ from ..errors import Conflict, InvalidMessage, NotFound
 from ..stores.base import Store
 
 __all__ = [
+    "KEYS_CREATED",
     "KEYS_TENANT",
     "KeyCache",
     "KeyInfo",
@@ -42,6 +48,9 @@ __all__ = [
 
 KEYS_TENANT = "__keys__"
 """The reserved tenant whose sessions are the keys."""
+KEYS_CREATED = "keys-created"
+"""The session of ``KEYS_TENANT`` that records that a key was ever created (never a
+key id: those are 16 hex digits)."""
 _PREFIX = "chk"
 _KEY = re.compile(r"chk_([0-9a-f]{16})_([A-Za-z0-9_-]{20,100})")
 
@@ -74,6 +83,12 @@ def create_key(store: Store, tenant: str, name: str = "") -> tuple[str, str]:
     """A new key for ``tenant``: ``(key_id, secret)``. The secret is not stored and
     cannot be shown again."""
     check_tenant(tenant)
+    try:  # first: a key never exists without the record that keys are required
+        store.get_session(KEYS_CREATED, tenant=KEYS_TENANT)
+    except NotFound:
+        with contextlib.suppress(Conflict):  # (another process made it meanwhile)
+            store.create_session(KEYS_CREATED, tenant=KEYS_TENANT, metadata={
+                "note": "a key was created: this store is never served without keys"})
     key_id = secrets.token_hex(8)
     secret = f"{_PREFIX}_{key_id}_{secrets.token_urlsafe(32)}"
     metadata = {"tenant": tenant, "name": str(name), "hash": _digest(secret),
@@ -95,21 +110,29 @@ def list_keys(store: Store, tenant: str | None = None) -> list[KeyInfo]:
     cursor: str | None = None
     while True:
         page = store.list_sessions(tenant=KEYS_TENANT, limit=500, cursor=cursor)
-        out.extend(_info(s.id, s.metadata) for s in page.items
-                   if tenant is None or s.metadata.get("tenant") == tenant)
+        out.extend(_info(s.id, s.metadata) for s in page.items if s.id != KEYS_CREATED
+                   and (tenant is None or s.metadata.get("tenant") == tenant))
         cursor = page.next_cursor
         if cursor is None:
             return out
 
 
 def has_keys(store: Store) -> bool:
-    """Whether any key that is not revoked exists."""
-    return any(not k.revoked for k in list_keys(store))
+    """Whether a key was ever created in ``store``, revoked or not: then the server
+    requires keys, for good (the ``KEYS_CREATED`` record, or any key row of a store
+    whose keys were made before that record existed)."""
+    try:
+        store.get_session(KEYS_CREATED, tenant=KEYS_TENANT)
+        return True
+    except NotFound:
+        return bool(store.list_sessions(tenant=KEYS_TENANT, limit=1).items)
 
 
 def revoke_key(store: Store, key_id: str) -> KeyInfo:
     """Revoke a key; ``NotFound`` when there is no such key. Processes that cached
     the key stop accepting it within their cache time (a few seconds)."""
+    if key_id == KEYS_CREATED:
+        raise NotFound(f"no key {key_id!r}")
     for _ in range(10):
         session = store.get_session(key_id, tenant=KEYS_TENANT)
         metadata = {**session.metadata, "revoked": True}
