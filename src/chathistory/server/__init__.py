@@ -18,6 +18,21 @@ Where each kind of work runs (``server.work`` has the details):
   over 256 KB (the tokenizers hold the GIL);
 - the store circuit: an unreachable store is a 503 with ``Retry-After`` at once, one
   probe every half second, service back as soon as a probe succeeds.
+
+The front door, before any route runs:
+
+- connections (``server.connections``, a subclass of uvicorn's httptools protocol):
+  a request line and headers of at most 64 KiB (431 past it, cut as it streams in)
+  that arrive within 10 s (408; a connection that sends nothing is closed after
+  10 s, an idle keep-alive one after 5 s); at most ``max_connections`` open
+  connections per process (default: the soft open-files limit less a quarter), past
+  which the connection that has waited longest for a request is closed (503 for the
+  new one when every connection is in a request), with a warning at most every 10 s;
+- requests (``server.frontdoor``): one ``Authorization`` / ``X-API-Key`` credential
+  (400 for two); in open mode (no key ever created) a ``Host`` of localhost,
+  127.0.0.1, [::1] or an ``allowed_hosts`` name (403), and no write from another
+  site (403 for a foreign ``Origin`` / ``Sec-Fetch-Site``, 415 for a body of a type
+  a page can send without a preflight).
 """
 
 from __future__ import annotations
