@@ -3,6 +3,8 @@ Content Security Policy, cacheable by ETag, and nothing else under /viewer."""
 
 from __future__ import annotations
 
+import hashlib
+from importlib import resources
 from pathlib import Path
 
 from starlette.testclient import TestClient
@@ -29,12 +31,30 @@ def test_page_and_files_are_served_without_a_key(tmp_path: Path) -> None:
     assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "unsafe-eval" not in csp
     assert page.headers["x-frame-options"] == "DENY"
     for name, media in [("app.js", "text/javascript"), ("markdown.js", "text/javascript"),
+                        ("markdown-it.min.js", "text/javascript"),
                         ("style.css", "text/css"), ("favicon.svg", "image/svg+xml")]:
         response = http.get(f"/viewer/{name}")
         assert response.status_code == 200, name
         assert response.headers["content-type"].startswith(media)
         assert response.headers["x-content-type-options"] == "nosniff"
     assert http.get("/v1/sessions").status_code == 401  # the data still needs a key
+
+
+# npm's markdown-it@15.0.3 (tarball sha1 2a69a26db9abb63340512bfde0c4f4ae6db671eb, as
+# `npm view markdown-it@15.0.3 dist.shasum` says), dist/browser/markdown-it.esm.min.mjs
+MARKDOWN_IT_SHA256 = "d5432491790141da046b1197353705db03264f40b5727f3b4b591f5aba193e30"
+
+
+def test_vendored_markdown_it_is_the_release_beside_its_license() -> None:
+    """The vendored parser is the published file byte for byte (an update
+    changes this hash and docs/viewer.md together), and its license ships with it."""
+    folder = resources.files("chathistory.server").joinpath("viewer")
+    script = folder.joinpath("markdown-it.min.js").read_bytes()
+    assert hashlib.sha256(script).hexdigest() == MARKDOWN_IT_SHA256
+    assert script.startswith(b"/*! markdown-it 15.0.3 ") and b"@license MIT" in script[:100]
+    license_text = folder.joinpath("markdown-it.LICENSE").read_text()
+    assert "Copyright (c) 2014 Vitaly Puzrin, Alex Kocharin." in license_text
+    assert "Permission is hereby granted, free of charge" in license_text
 
 
 def test_etag_and_unknown_files(tmp_path: Path) -> None:

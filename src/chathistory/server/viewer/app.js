@@ -5,7 +5,7 @@
 // properties (never innerHTML), and message text goes through markdown.js,
 // which builds DOM nodes itself: no content of a message can run script.
 
-import { codeBlock, el, renderMarkdown, safeUrl } from "./markdown.js";
+import { codeBlock, el, preformatted, renderMarkdown, safeUrl } from "./markdown.js";
 
 const PAGE = 200; // messages fetched per request on a session page
 const LIST_PAGE = 50;
@@ -751,7 +751,7 @@ function textBlock(text) {
       return codeBlock(pretty(JSON.parse(trimmed)), "json");
     } catch { /* not JSON */ }
   }
-  return h("pre", "plain", String(text ?? ""));
+  return preformatted(h("pre", "plain"), String(text ?? ""));
 }
 
 function reasoningPart(part) {

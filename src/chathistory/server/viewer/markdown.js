@@ -1,15 +1,32 @@
-// A small Markdown renderer that builds DOM nodes and never parses HTML.
+// Markdown for message text: markdown-it parses, this module builds the DOM.
 //
-// Message text reaches the page only through text nodes (createTextNode /
-// textContent), so nothing in a message can run script: raw HTML shows as
-// the characters it is made of. Links keep only http(s) and mailto URLs;
-// images in Markdown become links (the viewer loads no remote content).
-// Covered: fenced and indented-free code blocks, headings, lists (nested),
-// block quotes, rules, GitHub tables, code spans, bold, italic, strikethrough,
-// links, autolinks and bare URLs. A newline inside a paragraph is a line break,
-// as chat text means it.
+// markdown-it (vendored beside this file: markdown-it.min.js, its LICENSE in
+// markdown-it.LICENSE; see docs/viewer.md) is a maintained CommonMark parser;
+// on cmark's pathological inputs its time grows linearly with the length of
+// the text (bench/viewer.py), where the hand-written parser it replaces was
+// quadratic (200,000 "[" took 30 s). It runs with raw HTML off (`<b>` is text) and every link, autolink, bare URL and
+// image source must pass safeUrl (http, https, mailto) or it stays text.
+// Its HTML output is never used: this module walks its token stream and makes
+// each element with createElement and each piece of text with a text node, so
+// the page never parses a string of a message as HTML. Images become links
+// (the viewer loads no remote content); a newline inside a paragraph is a line
+// break, as chat text means it; fenced and indented code become codeBlock().
 
-const BIG = 200_000; // characters past which a text is shown as plain preformatted text
+import MarkdownIt from "./markdown-it.min.js";
+
+// Bounds on the work one message may cost the page (the parse is linear, so
+// these bound a second of work, they do not dodge a blow-up). Past BIG
+// characters, or past ELEMENTS elements to make, or nested past the parser's
+// maxNesting, a text is shown as it was written, in preformatted parts.
+// bench/viewer.py measures each hostile input of tests/viewer/pathological.py
+// at 1,000,000 characters: under a second from the call to the painted page.
+export const BIG = 1_000_000;
+export const ELEMENTS = 30_000; // about 0.2 s of Blink layout for table cells, the dearest
+const NESTING = 20; // markdown-it's own bound for the CommonMark preset
+// Inline elements nested deeper than this are flattened into their parent:
+// "*a **a " x 5,000 is valid emphasis 10,000 levels deep, which Blink's style
+// and layout would walk recursively. The text stays; only that styling goes.
+const INLINE_DEPTH = 24;
 
 export function el(tag, cls, text) {
   const node = document.createElement(tag);
@@ -20,7 +37,9 @@ export function el(tag, cls, text) {
 
 export function safeUrl(raw) {
   const text = String(raw || "").trim();
-  if (!text || /[\u0000-\u001f\u007f]/.test(text)) return null;
+  // the scheme first: a URL that cannot pass costs no exception (markdown-it
+  // asks about every link-like piece of a message, hostile ones included)
+  if (!/^(?:https?|mailto):/i.test(text) || /[\u0000-\u001f\u007f]/.test(text)) return null;
   let url;
   try {
     url = new URL(text);
@@ -29,6 +48,19 @@ export function safeUrl(raw) {
   }
   return ["http:", "https:", "mailto:"].includes(url.protocol) ? url.href : null;
 }
+
+const md = new MarkdownIt("default", {
+  html: false, // raw HTML is text (html_block / html_inline tokens are never made)
+  linkify: true, // bare http(s) URLs and mailto: become links
+  typographer: false, // quotes and dashes stay as written
+  maxNesting: NESTING, // the inline parser's cost on "[[[[..." grows with it
+});
+md.linkify.set({ fuzzyLink: false, fuzzyEmail: false, fuzzyIP: false })
+  .add("ftp:", null)
+  .add("//", null);
+// Called by markdown-it for links, autolinks, linkified URLs, reference
+// definitions and images: anything else is not a link and stays text.
+md.validateLink = (url) => safeUrl(url) !== null;
 
 function link(href, children) {
   const a = document.createElement("a");
@@ -40,329 +72,33 @@ function link(href, children) {
   return a;
 }
 
-// ------------------------------------------------------------------ inline
+// A preformatted text longer than this goes in parts of PART_LINES lines, each
+// laid out by the browser only when near the viewport (content-visibility:
+// auto): 500,000 short lines take a second of layout in one piece.
+const PART_CHARS = 20_000;
+const PART_LINES = 200;
 
-const RE = {
-  escape: /\\([!-/:-@[-`{-~])/y,
-  code: /(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)/y,
-  strong: /(\*\*|__)(?=\S)([\s\S]*?\S)\1/y,
-  strike: /~~(?=\S)([\s\S]*?\S)~~/y,
-  em: /([*_])(?=\S)([\s\S]*?[^\s\\])\1(?![*_])/y,
-  autolink: /<((?:https?:\/\/|mailto:)[^\s<>]+)>/y,
-  bare: /https?:\/\/[^\s<>"]+/y,
-  linkTail: /\(\s*<?([^\s()<>]*(?:\([^\s()<>]*\)[^\s()<>]*)*)>?(?:\s+"[^"]*")?\s*\)/y,
-};
-
-function at(re, s, i) {
-  re.lastIndex = i;
-  return re.exec(s);
-}
-
-function closingBracket(s, i) {
-  // s[i] === "[": the index of its matching "]", or -1
-  let depth = 0;
-  for (let j = i; j < s.length; j++) {
-    const c = s[j];
-    if (c === "\\") { j++; continue; }
-    if (c === "`") {
-      const m = at(RE.code, s, j);
-      if (m) { j += m[0].length - 1; continue; }
-    }
-    if (c === "[") depth++;
-    else if (c === "]" && --depth === 0) return j;
+export function preformatted(node, text) {
+  // put text in node (a <pre> or <code>) as one text node, or in parts if long
+  if (text.length <= PART_CHARS) {
+    node.textContent = text;
+    return node;
   }
-  return -1;
-}
-
-function trimUrl(url) {
-  // a bare URL ends before trailing punctuation and unbalanced closing parens
-  let end = url.length;
-  while (end > 0) {
-    const c = url[end - 1];
-    if (".,:;!?'\"*_~".includes(c)) { end--; continue; }
-    if (c === ")") {
-      const body = url.slice(0, end);
-      if ((body.match(/\(/g) || []).length < (body.match(/\)/g) || []).length) { end--; continue; }
+  let start = 0;
+  while (start < text.length) {
+    let end = start;
+    let lines = 0;
+    while (end < text.length && lines < PART_LINES && end - start < PART_CHARS) {
+      const newline = text.indexOf("\n", end);
+      end = newline < 0 ? text.length : newline + 1;
+      lines++;
     }
-    break;
+    const part = el("span", "md-part", text.slice(start, end));
+    part.style.containIntrinsicBlockSize = `auto ${lines * 1.45}em`;
+    node.append(part);
+    start = end;
   }
-  return url.slice(0, end);
-}
-
-export function inline(s, out) {
-  out = out || [];
-  let buf = "";
-  const flush = () => {
-    if (buf) out.push(document.createTextNode(buf));
-    buf = "";
-  };
-  let i = 0;
-  while (i < s.length) {
-    const c = s[i];
-    let m;
-    if (c === "\\") {
-      if ((m = at(RE.escape, s, i))) { buf += m[1]; i += 2; continue; }
-      if (s[i + 1] === "\n") { flush(); out.push(el("br")); i += 2; continue; }
-    } else if (c === "\n") {
-      flush(); out.push(el("br")); i++; continue;
-    } else if (c === "`") {
-      if ((m = at(RE.code, s, i))) {
-        flush();
-        let body = m[2].replace(/\n/g, " ");
-        if (/^ .*[^ ].* $/.test(body)) body = body.slice(1, -1);
-        out.push(el("code", "md-code", body));
-        i += m[0].length; continue;
-      }
-      const ticks = at(/`+/y, s, i)[0]; // no closing run: the backticks are text
-      buf += ticks;
-      i += ticks.length;
-      continue;
-    } else if (c === "*" || c === "_") {
-      const wordBefore = c === "_" && i > 0 && /[\p{L}\p{N}]/u.test(s[i - 1]);
-      if (!wordBefore && (m = at(RE.strong, s, i))
-          && !(c === "_" && /[\p{L}\p{N}]/u.test(s[i + m[0].length] || ""))) {
-        flush();
-        const node = el("strong");
-        node.append(...inline(m[2]));
-        out.push(node); i += m[0].length; continue;
-      }
-      if (!wordBefore && (m = at(RE.em, s, i))) {
-        const after = s[i + m[0].length];
-        if (!(c === "_" && after && /[\p{L}\p{N}]/u.test(after))) {
-          flush();
-          const node = el("em");
-          node.append(...inline(m[2]));
-          out.push(node); i += m[0].length; continue;
-        }
-      }
-    } else if (c === "~") {
-      if ((m = at(RE.strike, s, i))) {
-        flush();
-        const node = el("del");
-        node.append(...inline(m[1]));
-        out.push(node); i += m[0].length; continue;
-      }
-    } else if (c === "[" || (c === "!" && s[i + 1] === "[")) {
-      const open = c === "!" ? i + 1 : i;
-      const close = closingBracket(s, open);
-      if (close > 0 && (m = at(RE.linkTail, s, close + 1))) {
-        const label = s.slice(open + 1, close);
-        const href = safeUrl(m[1]);
-        flush();
-        if (href) {
-          const children = c === "!" ? [document.createTextNode(`image: ${label || href}`)]
-            : inline(label);
-          out.push(link(href, children));
-        } else {
-          out.push(document.createTextNode(s.slice(i, close + 1 + m[0].length)));
-        }
-        i = close + 1 + m[0].length; continue;
-      }
-    } else if (c === "<") {
-      if ((m = at(RE.autolink, s, i))) {
-        const href = safeUrl(m[1]);
-        if (href) {
-          flush(); out.push(link(href, [document.createTextNode(m[1])]));
-          i += m[0].length; continue;
-        }
-      }
-    } else if (c === "h" && (i === 0 || !/[\p{L}\p{N}]/u.test(s[i - 1]))) {
-      if ((m = at(RE.bare, s, i))) {
-        const text = trimUrl(m[0]);
-        const href = safeUrl(text);
-        if (href && text.length > 8) {
-          flush(); out.push(link(href, [document.createTextNode(text)]));
-          i += text.length; continue;
-        }
-      }
-    }
-    buf += c;
-    i++;
-  }
-  flush();
-  return out;
-}
-
-// ------------------------------------------------------------------ blocks
-
-const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)[^`]*$/;
-const HEADING = /^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$/;
-const RULE = /^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$/;
-const QUOTE = /^ {0,3}> ?(.*)$/;
-const ITEM = /^( *)([-*+]|\d{1,9}[.)])(?:[ \t]+(.*))?$/;
-const TABLE_RULE = /^ {0,3}\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$/;
-
-function indentOf(line) {
-  return line.match(/^ */)[0].length;
-}
-
-function cells(line) {
-  let row = line.trim();
-  if (row.startsWith("|")) row = row.slice(1);
-  if (row.endsWith("|") && !row.endsWith("\\|")) row = row.slice(0, -1);
-  const out = [];
-  let cur = "";
-  for (let i = 0; i < row.length; i++) {
-    if (row[i] === "\\" && row[i + 1] === "|") { cur += "|"; i++; continue; }
-    if (row[i] === "|") { out.push(cur.trim()); cur = ""; continue; }
-    cur += row[i];
-  }
-  out.push(cur.trim());
-  return out;
-}
-
-function startsTable(line, next) {
-  // a header row, then a rule of dashes: | --- | :---: |
-  return line.includes("|") && next !== undefined && TABLE_RULE.test(next) && next.includes("-");
-}
-
-function startsBlock(line, next) {
-  return FENCE.test(line) || HEADING.test(line) || RULE.test(line) || QUOTE.test(line)
-    || /^ {0,3}([-*+]|1[.)])[ \t]+\S/.test(line)
-    || startsTable(line, next);
-}
-
-function blocks(lines, out, depth) {
-  let i = 0;
-  const n = lines.length;
-  while (i < n) {
-    const line = lines[i];
-    let m;
-    if (!line.trim()) { i++; continue; }
-    if ((m = FENCE.exec(line))) {
-      const fence = m[1];
-      const body = [];
-      i++;
-      while (i < n && !(lines[i].trim().startsWith(fence[0].repeat(fence.length))
-                        && /^ {0,3}[`~]+\s*$/.test(lines[i]))) {
-        body.push(lines[i]);
-        i++;
-      }
-      i++; // the closing fence (or the end)
-      out.append(codeBlock(body.join("\n"), m[2]));
-      continue;
-    }
-    if ((m = HEADING.exec(line))) {
-      const h = el(`h${Math.min(6, m[1].length + 2)}`, `md-h md-h${m[1].length}`);
-      h.append(...inline(m[2] || ""));
-      out.append(h);
-      i++;
-      continue;
-    }
-    if (RULE.test(line)) { out.append(el("hr")); i++; continue; }
-    if (QUOTE.test(line)) {
-      const body = [];
-      while (i < n && lines[i].trim() && (m = QUOTE.exec(lines[i]) || [null, lines[i]])) {
-        body.push(m[1]);
-        i++;
-      }
-      const q = el("blockquote");
-      if (depth < 8) blocks(body, q, depth + 1);
-      else q.textContent = body.join("\n");
-      out.append(q);
-      continue;
-    }
-    if ((m = ITEM.exec(line)) && ((m[3] || "").trim() || (i + 1 < n && lines[i + 1].trim()))) {
-      i = list(lines, i, out, depth);
-      continue;
-    }
-    if (startsTable(line, lines[i + 1])) {
-      i = table(lines, i, out);
-      continue;
-    }
-    const para = [line.trim()];
-    i++;
-    while (i < n && lines[i].trim() && !startsBlock(lines[i], lines[i + 1])) {
-      para.push(lines[i].trim());
-      i++;
-    }
-    const p = el("p");
-    p.append(...inline(para.join("\n")));
-    out.append(p);
-  }
-  return out;
-}
-
-function list(lines, i, out, depth) {
-  const first = ITEM.exec(lines[i]);
-  const base = first[1].length;
-  const ordered = /\d/.test(first[2]);
-  const node = el(ordered ? "ol" : "ul");
-  if (ordered && parseInt(first[2], 10) !== 1) node.start = parseInt(first[2], 10);
-  const items = [];
-  let cur = null;
-  let blank = false;
-  const n = lines.length;
-  while (i < n) {
-    const line = lines[i];
-    const m = ITEM.exec(line);
-    if (m && m[1].length <= base + 1 && /\d/.test(m[2]) === ordered) {
-      cur = { lines: [m[3] || ""], pad: m[1].length + m[2].length + 1, loose: blank && cur !== null };
-      items.push(cur);
-      blank = false;
-      i++;
-      continue;
-    }
-    if (!line.trim()) { blank = true; cur.lines.push(""); i++; continue; }
-    const ind = indentOf(line);
-    if (ind > base) {
-      cur.lines.push(line.slice(Math.min(ind, cur.pad)));
-      if (blank) cur.loose = true;
-      blank = false;
-      i++;
-      continue;
-    }
-    if (!blank && !startsBlock(line, lines[i + 1])) { cur.lines.push(line.trim()); i++; continue; }
-    break;
-  }
-  const loose = items.some((it) => it.loose);
-  for (const it of items) {
-    const li = el("li");
-    while (it.lines.length && !it.lines[it.lines.length - 1].trim()) it.lines.pop();
-    if (depth < 8) blocks(it.lines, li, depth + 1);
-    else li.textContent = it.lines.join("\n");
-    if (!loose && li.firstChild && li.firstChild.tagName === "P") {
-      const p = li.firstChild;
-      p.replaceWith(...p.childNodes);
-    }
-    node.append(li);
-  }
-  out.append(node);
-  return i;
-}
-
-function table(lines, i, out) {
-  const head = cells(lines[i]);
-  const align = cells(lines[i + 1]).map((c) =>
-    c.startsWith(":") && c.endsWith(":") ? "center" : c.endsWith(":") ? "right" : "");
-  const wrap = el("div", "md-table");
-  const t = el("table");
-  const tr = el("tr");
-  head.forEach((c, k) => {
-    const th = el("th");
-    if (align[k]) th.style.textAlign = align[k];
-    th.append(...inline(c));
-    tr.append(th);
-  });
-  t.append(el("thead"));
-  t.firstChild.append(tr);
-  const body = el("tbody");
-  i += 2;
-  while (i < lines.length && lines[i].trim() && lines[i].includes("|")) {
-    const row = el("tr");
-    cells(lines[i]).slice(0, Math.max(head.length, 1)).forEach((c, k) => {
-      const td = el("td");
-      if (align[k]) td.style.textAlign = align[k];
-      td.append(...inline(c));
-      row.append(td);
-    });
-    body.append(row);
-    i++;
-  }
-  t.append(body);
-  wrap.append(t);
-  out.append(wrap);
-  return i;
+  return node;
 }
 
 export function codeBlock(text, lang) {
@@ -377,19 +113,136 @@ export function codeBlock(text, lang) {
   });
   bar.append(copy);
   const pre = el("pre");
-  const code = el("code", lang ? `lang-${lang.replace(/[^\w-]/g, "")}` : "", text);
+  const code = preformatted(el("code", lang ? `lang-${lang.replace(/[^\w-]/g, "")}` : ""), text);
   pre.append(code);
   wrap.append(bar, pre);
   return wrap;
 }
 
+const BLOCK_TAGS = new Set(["p", "blockquote", "ul", "ol", "li", "thead", "tbody", "tr", "th", "td"]);
+const INLINE_TAGS = { strong: "strong", em: "em", s: "del" };
+const ALIGN = /^text-align:(left|center|right)$/;
+
+function blockElements(token) {
+  // [the element to append, the element its content goes in] for a block *_open token
+  const tag = token.tag;
+  if (/^h[1-6]$/.test(tag)) {
+    const level = Number(tag[1]);
+    const h = el(`h${Math.min(6, level + 2)}`, `md-h md-h${level}`);
+    return [h, h];
+  }
+  if (tag === "table") {
+    const table = el("table");
+    const wrap = el("div", "md-table");
+    wrap.append(table);
+    return [wrap, table];
+  }
+  const node = el(BLOCK_TAGS.has(tag) ? tag : "div");
+  if (tag === "ol" && token.attrGet("start") !== null) node.start = Number(token.attrGet("start"));
+  if (tag === "th" || tag === "td") {
+    const align = ALIGN.exec(token.attrGet("style") || "");
+    if (align) node.style.textAlign = align[1];
+  }
+  return [node, node];
+}
+
+function inlineInto(children, parent) {
+  // one paragraph's (heading's, cell's) inline tokens, appended to parent;
+  // adjacent text goes into one text node
+  const stack = [parent];
+  let top = parent;
+  let text = "";
+  let flattened = 0; // open tokens past INLINE_DEPTH, which made no element
+  const put = (node) => {
+    if (text) top.append(text);
+    text = "";
+    if (node) top.append(node);
+  };
+  for (const t of children) {
+    if (t.nesting === 1) {
+      if (stack.length > INLINE_DEPTH) { flattened++; continue; }
+      let node;
+      if (t.type === "link_open") {
+        const href = safeUrl(t.attrGet("href")); // markdown-it checked it too (validateLink)
+        node = href ? link(href, []) : el("span");
+      } else {
+        node = el(INLINE_TAGS[t.tag] || "span");
+      }
+      put(node);
+      stack.push(node);
+      top = node;
+    } else if (t.nesting === -1) {
+      if (flattened) { flattened--; continue; }
+      put(null);
+      if (stack.length > 1) stack.pop();
+      top = stack[stack.length - 1];
+    } else if (t.type === "softbreak" || t.type === "hardbreak") {
+      put(el("br"));
+    } else if (t.type === "code_inline") {
+      put(el("code", "md-code", t.content));
+    } else if (t.type === "image") {
+      const href = safeUrl(t.attrGet("src"));
+      const label = `image: ${t.content || href || ""}`;
+      if (href) put(link(href, [document.createTextNode(label)]));
+      else text += label;
+    } else { // text, text_special, and anything unknown: its characters
+      text += t.content;
+    }
+  }
+  put(null);
+}
+
+function build(tokens, root) {
+  // markdown-it's token stream is flat: *_open / *_close pairs around blocks
+  const stack = [root];
+  let top = root;
+  for (const t of tokens) {
+    if (t.nesting === 1) {
+      if (t.hidden) { stack.push(top); continue; } // the <p> of a tight list item
+      const [outer, inner] = blockElements(t);
+      top.append(outer);
+      stack.push(inner);
+      top = inner;
+    } else if (t.nesting === -1) {
+      if (stack.length > 1) stack.pop();
+      top = stack[stack.length - 1];
+    } else if (t.type === "inline") {
+      inlineInto(t.children || [], top);
+    } else if (t.type === "fence" || t.type === "code_block") {
+      const lang = (t.info || "").trim().split(/\s+/)[0];
+      top.append(codeBlock(t.content.replace(/\n$/, ""), lang));
+    } else if (t.type === "hr") {
+      top.append(el("hr"));
+    } else if (t.content) { // html_block cannot occur with html: false; text if it did
+      top.append(el("p", null, t.content));
+    }
+  }
+}
+
+function elementCount(tokens) {
+  // about how many elements build() makes (open tags, breaks, code, images)
+  let n = 0;
+  for (const t of tokens) {
+    if (t.nesting === 1 || t.type === "fence" || t.type === "code_block" || t.type === "hr") n++;
+    else if (t.type === "inline") for (const c of t.children || []) if (c.type !== "text" && c.nesting !== -1) n++;
+  }
+  return n;
+}
+
+function plain(root, source) {
+  root.append(preformatted(el("pre", "md-plain"), source));
+  return root;
+}
+
 export function renderMarkdown(text) {
   const root = el("div", "md");
   const source = String(text ?? "");
-  if (source.length > BIG) {
-    root.append(el("pre", "md-plain", source));
-    return root;
-  }
-  blocks(source.replace(/\r\n?/g, "\n").replace(/\t/g, "    ").split("\n"), root, 0);
+  if (source.length > BIG) return plain(root, source);
+  const tokens = md.parse(source, {});
+  // A container opened at level NESTING - 1 had its content parsed past
+  // maxNesting, where markdown-it drops it: show all of the text instead.
+  if (tokens.some((t) => t.nesting === 1 && t.level >= NESTING - 1)) return plain(root, source);
+  if (elementCount(tokens) > ELEMENTS) return plain(root, source);
+  build(tokens, root);
   return root;
 }
