@@ -13,6 +13,9 @@ Attacks (the issue's item numbers):
   nothing. Wanted: 2 are received (their coroutines only), the rest answered 429;
   the probe keeps p99 < 50 ms.
 - big appends (11): two clients of one tenant post 9 MB appends back to back.
+- amplification, counter names (1, 2): 5 MB uploaded once and referenced by 100
+  messages, read with ``format=`` (was a 666 MB answer); 200 made-up counter names of
+  100 KB (each was cached for good). Wanted: 422s, server RSS within 100 MB.
 - scan (11): a tenant with many sessions searches them (`q=`) back to back.
 - store down (4, 10): PostgreSQL (SIGKILL of its postmaster) and Redis (SIGKILL)
   while a client appends: every answer during the outage is 503 with Retry-After in
@@ -288,6 +291,58 @@ def scan(s: Served, target: str, sessions: int, seconds: float) -> Result:
     return _row("hostile: search scans", target, probe, [], started,
                 f"{sessions} sessions, 2 clients, {len(done)} searches finished in "
                 f"{seconds:g} s ({sorted(set(done))})")
+
+
+def amplification(s: Served, target: str) -> Result:
+    """5 MB uploaded once, 100 messages referencing it, then formatted reads (which
+    inlined it 100 times: 666 MB answers) and counter names made up by the thousand
+    (each was cached for good): the server's memory stays put."""
+    import os as _os
+
+    from .procs import rss_bytes
+
+    started = time.monotonic()
+    problems: list[str] = []
+    png = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                        "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")
+    with (httpx.Client(base_url=s.url, timeout=60, headers=s.headers()) as c, s.probe() as probe):
+        up = c.post("/v1/assets", params={"mime_type": "image/png"},
+                    content=png + _os.urandom(5 * 1024 * 1024))
+        attachment = up.json()
+        sid = c.post("/v1/sessions", json={}).json()["id"]
+        message = {"role": "user", "parts": [{"type": "text", "text": "look"},
+                                             {"type": "image", "attachment": attachment}]}
+        c.post(f"/v1/sessions/{sid}/messages", json={"messages": [message] * 1}
+               ).raise_for_status()
+        c.post(f"/v1/sessions/{sid}/messages", json={"messages": [
+            {**message, "parts": [{"type": "text", "text": f"look {i}"}, message["parts"][1]]}
+            for i in range(99)]}).raise_for_status()
+        rss_before = rss_bytes(s.server.pid)
+        statuses: list[int] = []
+        for _ in range(10):
+            r = c.get(f"/v1/sessions/{sid}/messages", params={"start": 0,
+                                                               "format": "openai_chat"})
+            statuses.append(r.status_code)
+            if len(r.content) > 50 * 1024 * 1024:
+                problems.append(f"a formatted read answered {len(r.content) >> 20} MB")
+        names = []
+        for i in range(200):
+            r = c.post(f"/v1/sessions/{sid}/window", json={
+                "max_tokens": 1000, "counter": f"gpt-4o-{uuid.uuid4()}" + "x" * 100_000})
+            names.append(r.status_code)
+            if i % 50 == 0:
+                c.get(f"/v1/sessions/{sid}/messages", params={
+                    "max_tokens": 100, "counter": "gpt-4o-" + uuid.uuid4().hex * 1000})
+        grown = (rss_bytes(s.server.pid) - rss_before) / 2**20
+    if set(statuses) != {422}:
+        problems.append(f"formatted reads of 100 references answered {sorted(set(statuses))}")
+    if set(names) != {422}:
+        problems.append(f"made-up counter names answered {sorted(set(names))}")
+    if grown > 100:
+        problems.append(f"server RSS grew {grown:.0f} MB")
+    return _row("hostile: amplification, counter names", target, probe, problems, started,
+                f"10 formatted reads of 100 references to 5 MB: {sorted(set(statuses))}; 200 "
+                f"made-up counter names: {sorted(set(names))}; server RSS {grown:+.0f} MB")
 
 
 def store_down(s: Served, target: str, kill: Callable[[], None], restart: Callable[[], None],
@@ -567,6 +622,7 @@ def run(quick: bool = False) -> list[Result]:
         with served(f"sqlite:///{workdir}/h.db", workdir, seed_sessions(sessions)) as s:
             results.append(trickle(s, "sqlite", hold))
             results.append(big_appends(s, "sqlite", seconds))
+            results.append(amplification(s, "sqlite"))
             results.append(scan(s, "sqlite", sessions, seconds))
         why = postgres_reachable()
         if why is None and os.geteuid() == 0:
