@@ -194,6 +194,33 @@ def test_past_the_cap_the_connection_idle_longest_is_closed(
         server.stop()
 
 
+def test_at_the_cap_half_open_connections_go_before_served_idle_ones(tmp_path: Path) -> None:
+    server = live(create_app(MemoryStore(), asset_dir=tmp_path), max_connections=20,
+                  head_timeout=60, keep_alive=60)
+    held: list[socket.socket] = []
+    try:
+        with httpx.Client(base_url=server.url, timeout=5) as client:
+            assert client.get("/healthz").status_code == 200  # now idle, the oldest
+            for _ in range(40):
+                sock = connect(server)
+                sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+                held.append(sock)
+            time.sleep(0.3)
+            with connect(server) as sock:  # a new client: the server makes room
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                             b"Connection: close\r\n\r\n")
+                assert answer(sock).startswith(b"HTTP/1.1 200 ")
+            served = client.get("/healthz")  # on its kept connection
+            assert served.status_code == 200
+            assert client.get("/healthz").extensions["network_stream"] is \
+                served.extensions["network_stream"]
+        assert sum(is_open(sock) for sock in held) == 18  # 20, less the client and one
+    finally:
+        for sock in held:
+            sock.close()
+        server.stop()
+
+
 def test_when_every_connection_is_in_a_request_a_new_one_gets_503(tmp_path: Path) -> None:
     store = MemoryStore()
     _, key = auth.create_key(store, "t")
