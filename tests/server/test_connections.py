@@ -4,6 +4,7 @@ cap that closes the connection idle longest (``server.connections``)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
@@ -109,6 +110,16 @@ def test_a_head_over_64_kib_is_answered_431(open_server: LiveServer) -> None:
             got = answer(sock)
         assert got.startswith(b"HTTP/1.1 431 "), got[:100]
         assert b"request_header_fields_too_large" in got
+    for first in (1_000, 60_000, 65_000):  # a head in two parts (two reads) at any split
+        with connect(open_server) as sock:
+            head = (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 70_000
+                    + b"\r\n\r\n")
+            sock.sendall(head[:first])
+            time.sleep(0.2)
+            with contextlib.suppress(OSError):
+                sock.sendall(head[first:])
+            got = answer(sock)
+        assert got.startswith(b"HTTP/1.1 431 "), (first, got[:100])
     with connect(open_server) as sock:  # 60 KB of headers are still served
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
                      + b"".join(b"X-H%d: %s\r\n" % (i, b"b" * 1000) for i in range(60))

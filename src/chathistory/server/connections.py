@@ -193,10 +193,6 @@ _REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large",
             503: "Service Unavailable"}
 
 
-class _Refused(Exception):
-    """Raised in a parser callback to stop parsing a refused request."""
-
-
 class Connection(HttpToolsProtocol):
     """uvicorn's httptools protocol with a head limit, a head timeout and a
     connection cap (see the module's docstring)."""
@@ -218,7 +214,9 @@ class Connection(HttpToolsProtocol):
         if server is None:
             server = _servers[server_state] = _Server(self.bounds, self.loop)
         self.server_bounds = server
-        self.head_bytes = 0  # of the head being received, before the data parsed now
+        # bytes received while a head is incomplete, not counting the data it began in
+        # (at most what the head holds), and counting it (at least what it holds)
+        self.head_bytes = self.head_seen = 0
         self.data_bytes = 0  # of the data parsed now
         self.in_head = False  # a request's first byte came, its head is not complete
         self.began = False  # ... and it began in the data parsed now
@@ -289,14 +287,12 @@ class Connection(HttpToolsProtocol):
         self.began = False
         self.data_bytes = len(data)
         super().data_received(data)
-        if self.in_head and not self.began and not self.refused:
-            self.head_bytes += len(data)  # (a head that began in this data: counted next)
-            if self.head_bytes > self.bounds.max_head_bytes:
-                self._too_large()
-
-    def send_400_response(self, msg: str) -> None:
-        if not self.refused:  # (a refusal stops the parser with an error)
-            super().send_400_response(msg)
+        if self.in_head and not self.refused:
+            self.head_seen += len(data)
+            if not self.began:
+                self.head_bytes += len(data)
+                if self.head_bytes > self.bounds.max_head_bytes:
+                    self._too_large()
 
     def _too_large(self) -> None:
         self.refuse(431, "request_header_fields_too_large", "the request line and headers "
@@ -305,23 +301,35 @@ class Connection(HttpToolsProtocol):
     # ------------------------------------------------------------ parser callbacks
 
     def on_message_begin(self) -> None:
+        if self.refused:  # (a refused connection parses what follows and drops it)
+            return
         super().on_message_begin()
         self.began = self.in_head = True
-        self.head_bytes = 0
+        self.head_bytes = self.head_seen = 0
         if not self._in_request():  # (a pipelined head waits for the response before it)
             self.server_bounds.wait(self)
 
     def on_headers_complete(self) -> None:
+        if self.refused:
+            return
         self.in_head = False
         self.served = True
         self.server_bounds.unwait(self)
-        if self.head_bytes + self.data_bytes > self.bounds.max_head_bytes:
+        if self.head_seen + self.data_bytes > self.bounds.max_head_bytes:  # else: under
             size = len(self.url) + sum(len(name) + len(value) + 4
                                        for name, value in self.headers)
             if size > self.bounds.max_head_bytes:
-                self._too_large()
-                raise _Refused
+                self._too_large()  # (the rest of the data is parsed and dropped)
+                return
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self.refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if not self.refused:
+            super().on_message_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
