@@ -213,3 +213,26 @@ def test_two_credentials_are_a_400_naming_the_header(tmp_path: Path) -> None:
             assert same.status_code == 200 and same.json()["tenant"] == "t"
     finally:
         server.stop()
+
+
+def test_remote_store_works_in_open_mode(open_server: LiveServer) -> None:
+    """Our own client sends what open mode asks for: every kind of write passes."""
+    from chathistory import Message
+    from chathistory.stores.remote import RemoteStore
+
+    remote = RemoteStore(open_server.url)
+    try:
+        session = remote.create_session("r")
+        remote.append(session.id, [Message.user("a"), Message.assistant("b")])
+        remote.update_session(session.id, metadata={"k": 1})
+        assert remote.pop(session.id) is not None
+        remote.fork(session.id, new_session_id="r2")
+        digest = remote.upload_asset(b"\x89PNG\r\n\x1a\n" + b"0" * 32, name="x.png").sha256
+        assert remote.get_asset(digest).startswith(b"\x89PNG")
+        lines = list(remote.export())
+        remote.delete_session("r", cascade=True)
+        assert remote.import_(lines) > 0
+        assert remote.count("r") == 1
+        assert remote.purge_expired() == 0
+    finally:
+        remote.close()
