@@ -1,4 +1,5 @@
-"""The ``store`` fixture for the framework adapters: the reference store and SQLite."""
+"""Fixtures for the framework adapters: ``store`` (the reference store and SQLite) and
+``backend`` (every store backend, for the oracle tests)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from store_backends import BACKENDS
 
 from chathistory.stores import BaseStore, MemoryStore
 from chathistory.stores.sqlite import SQLiteStore
@@ -15,6 +17,15 @@ from chathistory.stores.sqlite import SQLiteStore
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStore]:
     made: BaseStore = (MemoryStore(counter="approx") if request.param == "memory"
                        else SQLiteStore(tmp_path / "integrations.db", counter="approx"))
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStore]:
+    made = BACKENDS[request.param](tmp_path)
     try:
         yield made
     finally:

@@ -9,10 +9,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
-import importlib.util
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,23 +31,11 @@ from chathistory.integrations.agent_framework import (
     ChatHistoryAgentProvider,
     from_agent_framework,
 )
-from chathistory.stores import BaseStore
 
 logging.getLogger("agent_framework").setLevel(logging.ERROR)  # "no function invoking" notice
 
 
-def _store_backends() -> dict[str, Callable[[Path], BaseStore]]:
-    """The store suite's backend factories (tests/stores/conftest.py), skip rule included."""
-    spec = importlib.util.spec_from_file_location(
-        "store_backends", Path(__file__).parents[1] / "stores" / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    backends: dict[str, Callable[[Path], BaseStore]] = module.BACKENDS
-    return backends
-
-
-BACKENDS = _store_backends()
+from store_backends import BACKENDS  # noqa: E402  (every store backend)
 
 
 @pytest.fixture(params=[*sorted(BACKENDS), "session-state"])

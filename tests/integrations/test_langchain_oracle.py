@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import base64
 import copy
-import importlib.util
 import warnings
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,29 +23,6 @@ from langchain_core.messages import (
 
 from chathistory.integrations.langchain import ChatHistoryMessageHistory, from_langchain
 from chathistory.stores import BaseStore
-
-
-def _store_backends() -> dict[str, Callable[[Path], BaseStore]]:
-    """The store suite's backend factories (tests/stores/conftest.py), skip rule included."""
-    spec = importlib.util.spec_from_file_location(
-        "store_backends", Path(__file__).parents[1] / "stores" / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    backends: dict[str, Callable[[Path], BaseStore]] = module.BACKENDS
-    return backends
-
-
-BACKENDS = _store_backends()
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStore]:
-    made = BACKENDS[request.param](tmp_path)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def reference() -> InMemoryChatMessageHistory:

@@ -20,7 +20,6 @@ the item after it.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -30,26 +29,12 @@ import pytest
 from agents.memory import SQLiteSession
 from agents.run_internal.items import _TOOL_CALL_TO_OUTPUT_TYPE
 from openai.types.responses import response_input_item_param
+from store_backends import BACKENDS
 
 from chathistory import InvalidMessage
 from chathistory.integrations.openai_agents import ChatHistorySession
 from chathistory.model import ToolCall, ToolResult
 from chathistory.stores import BaseStore
-
-
-def _store_backends() -> dict[str, Callable[[Path], BaseStore]]:
-    """The store conformance suite's backends (``tests/stores/conftest.py``: server
-    backends skip when unreachable, and fail under ``CI=true``)."""
-    path = Path(__file__).resolve().parent.parent / "stores" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("_store_backends", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    backends: dict[str, Callable[[Path], BaseStore]] = module.BACKENDS
-    return backends
-
-
-BACKENDS = _store_backends()
 
 
 @pytest.fixture(params=sorted(BACKENDS))

@@ -5,10 +5,7 @@ the history appended in one batch or one message at a time) equal
 
 from __future__ import annotations
 
-import importlib.util
 import warnings
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from pydantic_ai.messages import (
@@ -39,29 +36,6 @@ from chathistory.integrations.pydantic_ai import from_pydantic_ai, to_pydantic_a
 from chathistory.model import Reasoning
 from chathistory.model import TextPart as OurText
 from chathistory.stores import BaseStore
-
-
-def _store_backends() -> dict[str, Callable[[Path], BaseStore]]:
-    """The store suite's backend factories (tests/stores/conftest.py), skip rule included."""
-    spec = importlib.util.spec_from_file_location(
-        "store_backends", Path(__file__).parents[1] / "stores" / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    backends: dict[str, Callable[[Path], BaseStore]] = module.BACKENDS
-    return backends
-
-
-BACKENDS = _store_backends()
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStore]:
-    made = BACKENDS[request.param](tmp_path)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def oracle(history: list[ModelMessage]) -> list[ModelMessage]:
