@@ -4,7 +4,7 @@ import (NDJSON, streamed both ways), erasure and purging, and ``/v1/me``."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import IO
 
 from starlette.responses import FileResponse, Response, StreamingResponse
@@ -52,16 +52,7 @@ async def upload_asset(ctx: Context) -> Response:
     except InvalidMessage as exc:
         raise HTTPError(415, "unsupported_media_type", exc.reason) from None
     try:
-        pending: list[bytes] = []
-        pending_size = 0
-        async for chunk in body_chunks(ctx.request):  # the disk is written in the pool
-            pending.append(chunk)
-            pending_size += len(chunk)
-            if pending_size >= _SPOOL_WRITE:
-                await run(writer.write, b"".join(pending))
-                pending, pending_size = [], 0
-        if pending:
-            await run(writer.write, b"".join(pending))
+        await _receive(ctx, writer.write)
         attachment = await run(writer.commit)
     except AssetTooLarge:
         raise too_large(limit) from None
@@ -72,6 +63,25 @@ async def upload_asset(ctx: Context) -> Response:
     finally:
         await run(writer.abort)  # a no-op after commit; drops the file on any failure
     return json_response(attachment, 201)
+
+
+async def _receive(ctx: Context, write: Callable[[bytes], object], limit: int | None = None
+                   ) -> None:
+    """The request body, read on the loop and handed to ``write`` in the work pool a
+    megabyte at a time (the disk is never written from the loop); 413 past ``limit``."""
+    pending: list[bytes] = []
+    pending_size = total = 0
+    async for chunk in body_chunks(ctx.request):
+        total += len(chunk)
+        if limit is not None and total > limit:
+            raise too_large(limit)
+        pending.append(chunk)
+        pending_size += len(chunk)
+        if pending_size >= _SPOOL_WRITE:
+            await run(write, b"".join(pending))
+            pending, pending_size = [], 0
+    if pending:
+        await run(write, b"".join(pending))
 
 
 async def download_asset(ctx: Context) -> Response:
@@ -148,18 +158,7 @@ async def import_(ctx: Context) -> Response:
     # nothing on disk until it rolls over; closed in the work pool below
     spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MEMORY)  # noqa: SIM115
     try:
-        total, pending, pending_size = 0, [], 0
-        async for chunk in body_chunks(ctx.request):
-            total += len(chunk)
-            if total > limits.import_bytes:
-                raise too_large(limits.import_bytes)
-            pending.append(chunk)
-            pending_size += len(chunk)
-            if pending_size >= _SPOOL_WRITE:
-                await run(spool.write, b"".join(pending))
-                pending, pending_size = [], 0
-        if pending:
-            await run(spool.write, b"".join(pending))
+        await _receive(ctx, spool.write, limits.import_bytes)
 
         def load() -> int:
             check = getattr(ctx.store, "check_import", None)
