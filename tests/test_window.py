@@ -161,3 +161,53 @@ def test_resume_restores_layout_without_retokenizing() -> None:
     assert calls == before + 2  # only the new message (role and text) was counted
     assert plan2.reused_prefix_tokens == plan.total_tokens - 3
     assert plan2.message_ids[:-1] == plan.message_ids
+
+
+class _Counting(list):  # type: ignore[type-arg]
+    """A list that counts the items read through it."""
+
+    reads = 0
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        found = super().__getitem__(index)
+        type(self).reads += len(found) if isinstance(index, slice) else 1
+        return found
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for item in super().__iter__():
+            type(self).reads += 1
+            yield item
+
+
+class _FullScan(ContextWindow):
+    """The window as it was: every plan reads the whole history."""
+
+    def _candidates(self, history):  # type: ignore[no-untyped-def]
+        return history
+
+
+def test_plan_reads_only_what_was_appended_and_plans_as_a_full_scan_would() -> None:
+    """A turn costs O(window + new), not O(history) (issue 18), and lays out exactly
+    what a plan reading the whole history lays out, evictions included."""
+    texts = [f"message {i} " + "word " * (i % 17) for i in range(600)]
+    ours, theirs = _Counting(), []
+    window, full = ContextWindow(400, "approx"), _FullScan(400, "approx")
+    reads_per_turn = []
+    for i, text in enumerate(texts):
+        make = Message.user if i % 2 == 0 else Message.assistant
+        ours.append(make(text, id=f"m{i}"))
+        theirs.append(make(text, id=f"m{i}"))
+        _Counting.reads = 0
+        a, b = window.plan(ours), full.plan(theirs)
+        reads_per_turn.append(_Counting.reads)
+        assert a.message_ids == b.message_ids and a.evicted_ids == b.evicted_ids
+        assert [(m.kv_start, m.kv_size) for m in a.messages] == \
+            [(m.kv_start, m.kv_size) for m in b.messages]
+        window.commit()
+        full.commit()
+    assert max(reads_per_turn[100:]) <= 3  # the new message (and the last-seen check)
+    ours.insert(0, Message.system("be brief", id="s"))  # an edit: read whole again
+    theirs.insert(0, Message.system("be brief", id="s"))
+    _Counting.reads = 0
+    assert window.plan(ours).message_ids == full.plan(theirs).message_ids
+    assert _Counting.reads >= len(ours)
