@@ -563,11 +563,81 @@ def run(quick: bool = False, out: Callable[[str], None] = print) -> dict[str, An
     ).strip()
 
     results = report(rows, conv, turns, plan, checks, out)
+    results["growth"] = growth(conv, quick, out)
     results.update(environment=env, quick=quick)
     results["seconds"] = time.perf_counter() - started
     out("")
     out(f"window benchmark took {results['seconds']:.0f} s")
     return results
+
+
+# --- the window's cost as the conversation grows ---------------------------------------
+
+GROWTH_SIZES = (1_000, 4_000, 16_000, 64_000)
+GROWTH_TARGET = 1.5
+"""``ContextWindow.plan()`` per turn at 64,000 messages within this factor of 1,000."""
+
+
+def growth(conv: Conversation, quick: bool, out: Callable[[str], None]) -> dict[str, Any]:
+    """Per turn (add one message, plan, commit) in an 8,000-token window over histories of
+    1k-64k ShareGPT messages (the conversation's messages, cycled), against
+    ``History.by_tokens`` per turn on the same histories: the plan's cost must follow the
+    window, not the conversation (issue 18)."""
+
+    texts = [t for pair in conv.pairs for t in pair]
+    turns = 100 if quick else 300
+    rows: list[list[str]] = []
+    per_turn: dict[int, float] = {}
+    for size in GROWTH_SIZES:
+        by_tokens = _growth_turns(size, texts, turns, window=False)
+        per_turn[size] = _growth_turns(size, texts, turns, window=True)
+        rows.append([f"{size:,}", f"{per_turn[size] * 1e6:,.0f} us",
+                     f"{by_tokens * 1e6:,.0f} us",
+                     f"{per_turn[size] / per_turn[GROWTH_SIZES[0]]:.2f}x"])
+    ratio = per_turn[GROWTH_SIZES[-1]] / per_turn[GROWTH_SIZES[0]]
+    out("")
+    out(f"ContextWindow({BUDGET}) per turn as the conversation grows "
+        f"(add + plan + commit, {turns} turns, ShareGPT messages)")
+    print_table(["messages", "plan per turn", "by_tokens per turn", "vs 1,000"], rows, out)
+    passed = ratio <= GROWTH_TARGET
+    out(f"target: 64,000 within {GROWTH_TARGET:g}x of 1,000: {ratio:.2f}x {_verdict(passed)}")
+    return {"per_turn_seconds": {str(k): v for k, v in per_turn.items()},
+            "ratio_64k_1k": ratio, "target": GROWTH_TARGET, "passed": passed}
+
+
+def _growth_turns(size: int, texts: list[str], turns: int, *, window: bool) -> float:
+    """Seconds per turn over a history of ``size`` messages of its own: add one message,
+    then plan + commit (``window``) or ``by_tokens``. The history is aligned from the end
+    (every size has the same newest messages and the same new turns, so the windows hold
+    the same messages and only the history's length differs)."""
+    from chathistory import ContextWindow, History, Message
+
+    messages = [(Message.user if i % 2 == 0 else Message.assistant)(
+        texts[(i - size) % len(texts)]) for i in range(size)]
+    history = History([Message.system(SYSTEM_PROMPT), *messages], counter="o200k_base")
+    planner = ContextWindow(BUDGET, "o200k_base")
+    if window:  # the first plan (selection) counts and reads the whole history once
+        planner.plan(history)
+        planner.commit()
+    else:
+        history.by_tokens(BUDGET, keep_system=True)
+    news = [Message.user(texts[i % len(texts)]) for i in range(turns)]
+    # what was built stays: out of the collector's young generations, as in a
+    # long-running process (else each collection would walk all of it)
+    gc.collect()
+    gc.freeze()
+    try:
+        started = time.perf_counter()
+        for message in news:
+            history.add(message)
+            if window:
+                planner.plan(history)
+                planner.commit()
+            else:
+                history.by_tokens(BUDGET, keep_system=True)
+        return (time.perf_counter() - started) / turns
+    finally:
+        gc.unfreeze()
 
 
 # --- reporting -------------------------------------------------------------------------

@@ -183,7 +183,7 @@ class _FullScan(ContextWindow):
     """The window as it was: every plan reads the whole history."""
 
     def _candidates(self, history):  # type: ignore[no-untyped-def]
-        return history
+        return [m for m in history if m.id not in self._evicted]
 
 
 def test_plan_reads_only_what_was_appended_and_plans_as_a_full_scan_would() -> None:

@@ -120,7 +120,7 @@ class ContextWindow:
         """Lay out this turn's prompt from ``history`` (a ``History`` or a list)."""
         counter = self.counter
         evicted = self._evicted
-        self._live = [m for m in self._candidates(history) if m.id not in evicted]
+        self._live = self._candidates(history)
         live = [m for m in self._live if m.kv_status == KVStatus.LOADED]
         sizes = {m.id: cached_count(m, counter) for m in live}
         total = counter.priming_tokens + sum(sizes.values())
@@ -171,6 +171,8 @@ class ContextWindow:
             m.kv_start = -1
             evicted.add(m.id)
             self._pending[m.id] = m
+        if left:
+            self._live = [m for m in self._live if m.id not in evicted]
         self._pinned = {rest[i].id for i in range(head)}
         head_ids = {id(rest[i]) for i in range(head)}
         head_count = 0
@@ -190,15 +192,18 @@ class ContextWindow:
             cache_breakpoint_id=prompt[-1].id if prompt else None,
         )
 
-    def _candidates(self, history: Sequence[Message]) -> Sequence[Message]:
-        """The messages this plan considers: the last plan's (still loaded or not: the
-        caller filters) and what was appended since, when the history only grew since
-        then (its last-seen message is the same object at the same place); otherwise
-        the whole history. So a turn costs O(window + new), not O(history)."""
+    def _candidates(self, history: Sequence[Message]) -> list[Message]:
+        """The messages this plan considers, none evicted: the last plan's (loaded or
+        not: the caller filters) and what was appended since, when the history only grew
+        since then (its last-seen message is the same object at the same place);
+        otherwise the whole history. So a turn costs O(window + new), not O(history)."""
         seen, n = self._seen, len(history)
         grew = 0 < seen <= n and history[seen - 1] is self._seen_last
-        candidates = ([*self._live, *(history[i] for i in range(seen, n))] if grew
-                      else history)
+        evicted = self._evicted
+        fresh = (history[i] for i in range(seen, n)) if grew else history
+        # the last plan's own are never evicted ones (plan drops those it evicts)
+        candidates = [*self._live] if grew else []
+        candidates += [m for m in fresh if m.id not in evicted]
         self._seen = n
         self._seen_last = history[n - 1] if n else None
         return candidates
