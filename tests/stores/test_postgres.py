@@ -547,55 +547,6 @@ def test_appends_planned_on_the_session_as_this_process_wrote_it() -> None:
         s.close()
 
 
-def test_calls_through_the_bridge_share_one_loop_and_leave_no_socket_watched() -> None:
-    """The server's path: store calls in greenlets on one event loop (``stores.bridge``),
-    each socket wait handed to the loop. Concurrent appends and reads all complete with
-    the same answers as sync calls, and no connection's socket stays registered with
-    the loop afterwards (a socket left watched would wake the loop for nothing, or
-    trip over a reused file descriptor)."""
-    import asyncio
-
-    from chathistory.stores import bridge
-
-    pool_size = 4
-    store = PostgresStore(PG_URL, counter="approx", schema=_schema(), pool_size=pool_size,
-                          drop_schema_on_close=True)
-    try:
-        sessions = [store.create_session().id for _ in range(8)]
-        gate: asyncio.Semaphore | None = None
-
-        async def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
-            assert gate is not None
-            async with gate:  # as the server's call_store: at most pool_size at once
-                return await bridge.call(fn, *args, **kwargs)
-
-        async def writer(sid: str) -> list[int]:
-            return [await call(store.append, sid, [Message.user(f"{sid} {i} " + "word " * 50)])
-                    for i in range(10)]
-
-        async def main() -> tuple[list[list[int]], list[bytes], list[int]]:
-            nonlocal gate
-            gate = asyncio.Semaphore(pool_size)
-            versions = await asyncio.gather(*(writer(sid) for sid in sessions))
-            windows = await asyncio.gather(*(call(store.window_json, sid, 200)
-                                             for sid in sessions))
-            loop = asyncio.get_running_loop()
-            watched = []
-            for conn in list(store._pool._pool):  # idle connections, every one of them
-                fd = conn.pgconn.socket
-                watched += [fd] if loop.remove_reader(fd) or loop.remove_writer(fd) else []
-            return versions, windows, watched
-
-        versions, windows, watched = asyncio.run(main())
-        assert versions == [list(range(1, 11))] * len(sessions)
-        assert watched == []
-        for sid, window in zip(sessions, windows, strict=True):
-            assert window == store.window_json(sid, 200)
-            assert window.count(b'"role":"user"') > 0
-    finally:
-        store.close()
-
-
 def test_m003_mends_group_flags_written_by_0_1_0(conn: Any) -> None:
     """A schema holding the group flags that 0.1.0's batch append stored (a group start
     between parallel calls answered in the same batch) is mended by m003."""

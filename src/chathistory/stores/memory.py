@@ -78,7 +78,6 @@ class MemoryStore(BaseStore):
         self._assets: dict[str, dict[str, tuple[bytes, str]]] = {}
         self._refs: dict[Key, set[str]] = {}
         self._kept: dict[Key, list[int]] = {}  # indexes of own system/developer rows
-        self.runs_inline = True  # nothing waits: an async server calls it on its loop
 
     # sessions
     def _b_insert_session(self, session: Session) -> None:

@@ -31,7 +31,6 @@ integer and refuses ``\\u0000``) beside the columns that are searched.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -50,7 +49,6 @@ from .model import Row, Session, make_row
 try:
     import psycopg
     from psycopg import errors as pg_errors
-    from psycopg import waiting
     from psycopg.abc import Buffer
     from psycopg.conninfo import conninfo_to_dict
     from psycopg.rows import args_row
@@ -58,7 +56,6 @@ try:
     from psycopg_pool import ConnectionPool
     from psycopg_pool.base import AttemptWithBackoff
 
-    from .bridge import await_only, in_bridge
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency(exc.name or "psycopg", "postgres") from exc
 
@@ -87,78 +84,6 @@ class _BinaryText(StrBinaryDumper):
     def dump(self, obj: str) -> Buffer | None:
         _refuse_nul(obj)
         return super().dump(obj)
-
-
-async def _wait_on_loop(gen: Any, fileno: int) -> Any:
-    """psycopg's generator ``gen`` run to its end on the running loop, the socket
-    watched for the whole operation: registered with the loop at the first wait and
-    removed at the end, however many waits the operation makes (psycopg's
-    ``wait_async`` registers and removes it at every wait: in uvloop some six
-    ``epoll_ctl`` calls each, three waits for a typical query). No timer either:
-    there is no timeout to check."""
-    try:
-        state = next(gen)
-    except StopIteration as done:
-        return done.value
-    loop = asyncio.get_running_loop()
-    ready = 0
-    future: asyncio.Future[None] | None = None
-    reading = writing = False
-
-    def wake(flag: int) -> None:
-        nonlocal ready
-        ready |= flag
-        if future is not None and not future.done():
-            future.set_result(None)
-
-    try:
-        while True:
-            want_read, want_write = bool(state & waiting.WAIT_R), bool(state & waiting.WAIT_W)
-            if want_read != reading:
-                if want_read:
-                    loop.add_reader(fileno, wake, waiting.READY_R)
-                else:
-                    loop.remove_reader(fileno)
-                reading = want_read
-            if want_write != writing:
-                if want_write:
-                    loop.add_writer(fileno, wake, waiting.READY_W)
-                else:
-                    loop.remove_writer(fileno)
-                writing = want_write
-            while not ready & state:
-                future = loop.create_future()
-                try:
-                    await future
-                finally:
-                    future = None
-            flags, ready = ready & state, 0
-            state = gen.send(flags)
-    except StopIteration as done:
-        return done.value
-    except OSError as exc:
-        raise psycopg.OperationalError("connection socket closed") from exc
-    finally:
-        if reading:
-            loop.remove_reader(fileno)
-        if writing:
-            loop.remove_writer(fileno)
-
-
-class _Connection(psycopg.Connection[Any]):
-    """psycopg's connection; inside ``bridge.call()`` its waits on the socket go to
-    the event loop instead of blocking the loop's thread, so the same sync store
-    serves an async server without worker threads."""
-
-    def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
-        if in_bridge():
-            if timeout is None:
-                return await_only(_wait_on_loop(gen, self.pgconn.socket))
-            # psycopg's own, which checks the deadline every interval (without the
-            # interval, its default of 0 would wake the loop at once: a busy loop)
-            return await_only(waiting.wait_async(gen, self.pgconn.socket, interval,
-                                                 timeout=timeout))
-        return super().wait(gen, interval, timeout)
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
@@ -715,16 +640,13 @@ class PostgresStore(BaseStore):
             migrate(conn, schema, partitions)
         self._pool: ConnectionPool[psycopg.Connection[Any]] = _Pool(
             url, min_size=1, max_size=pool_size, kwargs=options, open=False,
-            name=f"chathistory-{schema}", configure=_configure, connection_class=_Connection,
+            name=f"chathistory-{schema}", configure=_configure,
             timeout=pool_timeout)
         # (tenant, id) -> the session as an append of this process last wrote it: the
         # next append plans on it and writes in one round trip, if the session has not
         # moved since (checked by the write itself; a cache that is never trusted)
         self._written: dict[tuple[str, str], Session] = {}
         self._raced: dict[tuple[str, str], float] = {}  # (tenant, id) -> lost a race then
-        # bridge.call() may run this many calls at once on one thread: never more than
-        # the pool holds, as a call waiting for a connection would block that thread
-        self.cooperative_limit = pool_size
         self._pool.open(wait=True, timeout=10)
 
     def recover(self) -> None:
