@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx
 
 from .common import Result
-from .hostile import Probe, _row
+from .hostile import Probe, _row, prepare_tenants
 from .procs import child_env, die_with_parent, free_port, rss_bytes, wait_until
 
 OPEN_FILES = 1024
@@ -64,18 +64,8 @@ def _limit_open_files() -> None:
 
 @contextlib.contextmanager
 def served(workdir: Path) -> Iterator[Limited]:
-    from chathistory import Message, open_store
-    from chathistory.server import auth
-
     store_url = f"sqlite:///{workdir}/frontdoor.db"
-    store = open_store(store_url)
-    try:
-        keys = {t: auth.create_key(store, t, "frontdoor")[1] for t in ("attacker", "probe")}
-        session = store.create_session(tenant="probe")
-        store.append(session.id, [Message.user(f"probe {i}") for i in range(10)],
-                     tenant="probe")
-    finally:
-        store.close()
+    keys, probe_session = prepare_tenants(store_url, "frontdoor")
     port = free_port()
     log = workdir / f"server-{port}.log"
     script = ("from chathistory.server import run; "
@@ -89,7 +79,7 @@ def served(workdir: Path) -> Iterator[Limited]:
     try:
         wait_until(lambda: httpx.get(url + "/readyz", timeout=2).status_code == 200,
                    f"chathistory server on {port}", 60, proc)
-        yield Limited(proc, url, port, log, keys, session.id)
+        yield Limited(proc, url, port, log, keys, probe_session)
     finally:
         if proc.poll() is None:
             proc.terminate()

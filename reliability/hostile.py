@@ -167,6 +167,19 @@ def served(store_url: str, workdir: Path, seed: Callable[[Any], None] | None = N
     """A server over ``store_url`` with keys for tenants ``attacker`` and ``probe``
     (created in the store first, so the server requires keys); ``seed(store)`` fills
     the store before the server starts."""
+    keys, probe_session = prepare_tenants(store_url, "hostile", seed)
+    server = ServerProcess(store_url, workdir).wait_ready()
+    try:
+        yield Served(server, keys, probe_session)
+    finally:
+        server.stop()
+
+
+def prepare_tenants(store_url: str, key_name: str, seed: Callable[[Any], None] | None = None
+                    ) -> tuple[dict[str, str], str]:
+    """In the store, before a server opens it: ``seed(store)``, API keys for tenants
+    ``attacker`` and ``probe`` (so the server requires keys) and the probe's session of
+    ten messages. Returns the keys by tenant and that session's id."""
     from chathistory import Message, open_store
     from chathistory.server import auth
 
@@ -174,17 +187,13 @@ def served(store_url: str, workdir: Path, seed: Callable[[Any], None] | None = N
     try:
         if seed is not None:
             seed(store)
-        keys = {t: auth.create_key(store, t, "hostile")[1] for t in ("attacker", "probe")}
+        keys = {t: auth.create_key(store, t, key_name)[1] for t in ("attacker", "probe")}
         session = store.create_session(tenant="probe")
         store.append(session.id, [Message.user(f"probe {i}") for i in range(10)],
                      tenant="probe")
     finally:
         store.close()
-    server = ServerProcess(store_url, workdir).wait_ready()
-    try:
-        yield Served(server, keys, session.id)
-    finally:
-        server.stop()
+    return keys, session.id
 
 
 def _row(check: str, target: str, probe: Probe, problems: list[str], started: float,

@@ -73,14 +73,16 @@ class Service:
     """What every route needs: the store, the asset directory, limits, keys."""
 
     def __init__(self, store: Store, *, keys_required: bool, asset_dir: str | Path,
-                 limits: Limits, key_cache_seconds: float, work: Work | None = None) -> None:
+                 limits: Limits, key_cache_seconds: float) -> None:
         self.store = store
         self.assets = FileAssetStore(asset_dir, max_bytes=limits.asset_bytes)
         self.limits = limits
         self.keys_required = keys_required
         self.key_cache = auth.KeyCache(key_cache_seconds)
         self.metrics = Metrics()
-        self.work = work or Work()
+        self.work = Work()
+        self.imports: dict[str, int] = {}
+        """Tenant -> imports being received (touched on the loop only)."""
         self.health = StoreHealth(recover=getattr(store, "recover", None),
                                   where=str(getattr(store, "path", "") or ""))
         self._keys_checked = 0.0

@@ -135,7 +135,6 @@ async def export(ctx: Context) -> Response:
 _IMPORTS_PER_TENANT = 2
 _SPOOL_MEMORY = 8 * 1024 * 1024  # an import body past this goes to a temporary file
 _SPOOL_WRITE = 1024 * 1024
-_imports: dict[str, int] = {}  # tenant -> imports being received (loop only)
 
 
 async def import_(ctx: Context) -> Response:
@@ -150,11 +149,12 @@ async def import_(ctx: Context) -> Response:
     size = ctx.request.headers.get("content-length")
     if size is not None and size.isdigit() and int(size) > limits.import_bytes:
         raise too_large(limits.import_bytes)
-    if _imports.get(ctx.tenant, 0) >= _IMPORTS_PER_TENANT:
+    imports = ctx.service.imports
+    if imports.get(ctx.tenant, 0) >= _IMPORTS_PER_TENANT:
         raise HTTPError(429, "too_many_requests",
                         f"at most {_IMPORTS_PER_TENANT} imports of a tenant at once",
                         {"Retry-After": "5"})
-    _imports[ctx.tenant] = _imports.get(ctx.tenant, 0) + 1
+    imports[ctx.tenant] = imports.get(ctx.tenant, 0) + 1
     # nothing on disk until it rolls over; closed in the work pool below
     spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MEMORY)  # noqa: SIM115
     try:
@@ -176,11 +176,11 @@ async def import_(ctx: Context) -> Response:
             # a line of the right kind with the wrong shape (the engine indexes it blindly)
             raise InvalidMessage(f"a line is not an export record: {exc!r}", "$") from None
     finally:
-        left = _imports[ctx.tenant] - 1
+        left = imports[ctx.tenant] - 1
         if left:
-            _imports[ctx.tenant] = left
+            imports[ctx.tenant] = left
         else:
-            del _imports[ctx.tenant]
+            del imports[ctx.tenant]
         await run(spool.close)
     return json_response(ImportOut(added))
 

@@ -150,7 +150,8 @@ class Work:
             del self._gates[tenant]  # the table holds only tenants with work under way
 
     def load(self) -> dict[str, int]:
-        """Tenants with work under way, and calls running and waiting (for metrics)."""
+        """Tenants with work under way, and their calls running and waiting (none of
+        them once everything is done: a gate is forgotten when its tenant is idle)."""
         return {"tenants": len(self._gates),
                 "running": sum(g.running for g in self._gates.values()),
                 "waiting": sum(g.waiting for g in self._gates.values())}
