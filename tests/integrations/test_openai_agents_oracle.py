@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import pytest
 from agents.memory import SQLiteSession
 from agents.run_internal.items import _TOOL_CALL_TO_OUTPUT_TYPE
 from openai.types.responses import response_input_item_param
-from store_backends import BACKENDS
 
 from chathistory import InvalidMessage
 from chathistory.integrations.openai_agents import ChatHistorySession
@@ -37,13 +35,10 @@ from chathistory.model import ToolCall, ToolResult
 from chathistory.stores import BaseStore
 
 
-@pytest.fixture(params=sorted(BACKENDS))
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStore]:
-    made = BACKENDS[request.param](tmp_path)
-    try:
-        yield made
-    finally:
-        made.close()
+@pytest.fixture
+def store(backend: BaseStore) -> BaseStore:
+    """Every store backend here (conftest's ``backend``), not only memory and SQLite."""
+    return backend
 
 
 Item = dict[str, Any]
