@@ -40,7 +40,7 @@ import msgspec
 
 from .errors import DuplicateMessage, InvalidMessage
 from .groups import Groups
-from .model import FilePart, KVStatus, Message, ToolCall, ToolResult
+from .model import KEPT_ROLES, FilePart, KVStatus, Message, ToolCall, ToolResult
 from .model.codec import decode_document, encode_document
 from .model.parts import MediaPart, TextPart
 from .reduce.base import AsyncReducer, Reducer, as_reducer
@@ -48,7 +48,6 @@ from .tokens import TokenCounter, cached_count, get_counter
 
 __all__ = ["History"]
 
-_KEPT_ROLES = frozenset({"system", "developer"})
 
 
 class History(MutableSequence[Message]):
@@ -223,10 +222,10 @@ class History(MutableSequence[Message]):
         self._ids[message.id] = i
         if self._groups is not None:
             self._groups.append(message)
-        if message.role in _KEPT_ROLES:
+        if message.role in KEPT_ROLES:
             self._kept.append(i)
         if self._totals:
-            kept = message.role in _KEPT_ROLES
+            kept = message.role in KEPT_ROLES
             for totals in self._totals.values():
                 totals.append(message, kept)
 
@@ -438,11 +437,11 @@ class History(MutableSequence[Message]):
             ids[messages[k].id] = k
         kept = self._kept
         del kept[bisect_left(kept, start):]
-        kept.extend(k for k in range(start, n) if messages[k].role in _KEPT_ROLES)
+        kept.extend(k for k in range(start, n) if messages[k].role in KEPT_ROLES)
         for totals in self._totals.values():
             totals.truncate(start)
             for k in range(start, n):
-                totals.append(messages[k], messages[k].role in _KEPT_ROLES)
+                totals.append(messages[k], messages[k].role in KEPT_ROLES)
         # pair safety can change before ``start`` too (a call whose result left):
         # the groups are rebuilt whole, on the next selection
         self._groups = None
@@ -665,7 +664,7 @@ class _Totals:
         self.all = array("q", [0])
         self.rest = array("q", [0])
         for message in messages:
-            self.append(message, message.role in _KEPT_ROLES)
+            self.append(message, message.role in KEPT_ROLES)
 
     def append(self, message: Message, kept: bool) -> None:
         n = cached_count(message, self.counter)

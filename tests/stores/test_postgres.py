@@ -350,7 +350,6 @@ def test_reads_use_indexes_on_a_large_session(partitions: int | None) -> None:
         q, key = s._q, ("default", "big")
         queries: dict[str, tuple[str, Any]] = {
             "rows": (q.rows, (*key, n - 64, n)),
-            "tail_rows": (q.tail_rows, (*key, n, 20)),
             "seq_at_cum": (q.seq_at_cum, {"tenant": key[0], "session_id": key[1],
                                           "cum": tokens - 8000}),
             "window_probe": (q.window_probe, {"tenant": key[0], "session_id": key[1],

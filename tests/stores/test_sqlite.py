@@ -307,7 +307,6 @@ def _filled(tmp_path: Path) -> SQLiteStore:
 
 READS = {
     "rows": (sqlite_module.ROWS, ("default", "b", 100, 140)),
-    "tail": (sqlite_module.TAIL, ("default", "b", 900, 20)),
     "kept": (sqlite_module.KEPT, ("default", "b", 900)),
     "by id": (sqlite_module.BY_ID, ("default", "b", "x")),
     "seq at cum": (sqlite_module.SEQ_AT_CUM, ("default", "b", 5000, 256)),

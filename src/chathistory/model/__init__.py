@@ -1,7 +1,7 @@
 """The message model: values and their one codec. Imports nothing else of ours
 but ``chathistory.errors``."""
 
-from .message import KVStatus, Message, Role
+from .message import KEPT_ROLES, KVStatus, Message, Role
 from .parts import (
     Attachment,
     AudioPart,
@@ -18,6 +18,7 @@ from .parts import (
 )
 
 __all__ = [
+    "KEPT_ROLES",
     "Attachment",
     "AudioPart",
     "FilePart",

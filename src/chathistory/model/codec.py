@@ -55,7 +55,9 @@ _document_decoder = msgspec.json.Decoder(Document)
 _PATH = re.compile(r"^(.*?)(?: - at `(\$[^`]*)`)?$", re.S)
 
 
-def _invalid(exc: msgspec.MsgspecError, prefix: str = "$") -> InvalidMessage:
+def invalid_from(exc: msgspec.MsgspecError, prefix: str = "$") -> InvalidMessage:
+    """msgspec's decode or validation error as ``InvalidMessage`` naming the field
+    (``$.parts[2].call_id``), under ``prefix``."""
     match = _PATH.match(str(exc))
     reason, path = (match.group(1), match.group(2)) if match else (str(exc), None)
     if isinstance(exc, msgspec.DecodeError) and not isinstance(exc, msgspec.ValidationError):
@@ -81,7 +83,7 @@ def decode_message(data: bytes | str) -> Message:
     try:
         msg = _message_decoder.decode(data)
     except msgspec.MsgspecError as exc:
-        raise _invalid(exc) from None
+        raise invalid_from(exc) from None
     return msg.validate()
 
 
@@ -90,7 +92,7 @@ def decode(data: bytes | str) -> list[Message]:
     try:
         messages = _messages_decoder.decode(data)
     except msgspec.MsgspecError as exc:
-        raise _invalid(exc) from None
+        raise invalid_from(exc) from None
     _validate_all(messages, "$")
     return messages
 
@@ -100,7 +102,7 @@ def message_from_builtins(data: Mapping[str, Any]) -> Message:
     try:
         msg = msgspec.convert(data, Message, from_attributes=False)
     except msgspec.MsgspecError as exc:
-        raise _invalid(exc) from None
+        raise invalid_from(exc) from None
     return msg.validate()
 
 
@@ -115,7 +117,9 @@ def _strip_media(part: _M, assets: dict[str, bytes]) -> _M:
     return msgspec.structs.replace(part, attachment=att.without_data())
 
 
-def _strip_part(part: Part, assets: dict[str, bytes]) -> Part:
+def strip_part(part: Part, assets: dict[str, bytes]) -> Part:
+    """``part`` with its inline attachment bytes moved into ``assets`` (by sha256),
+    leaving the reference: how a store keeps each attachment once."""
     if isinstance(part, MediaPart):
         return _strip_media(part, assets)
     if type(part) is ToolResult and not isinstance(part.content, str):
@@ -145,14 +149,16 @@ def encode_document(messages: Iterable[Message], metadata: dict[str, Any] | None
     out: list[Message] = []
     for msg in messages:
         if _has_inline_media(msg):
-            msg = msgspec.structs.replace(msg, parts=[_strip_part(p, assets) for p in msg.parts])
+            msg = msgspec.structs.replace(msg, parts=[strip_part(p, assets) for p in msg.parts])
         out.append(msg)
     doc = Document(schema_version=SCHEMA_VERSION, messages=out, assets=assets,
                    metadata=metadata or {})
     return _encoder.encode(doc)
 
 
-def _attach(part: Part, assets: Mapping[str, bytes], cache: dict[str, Attachment]) -> Part:
+def attach_part(part: Part, assets: Mapping[str, bytes], cache: dict[str, Attachment]) -> Part:
+    """The inverse of ``strip_part``: the attachment's bytes put back from ``assets``
+    (``cache`` shares one ``Attachment`` between parts that reference it)."""
     if isinstance(part, MediaPart):
         att = part.attachment
         if att is None or att.data is not None or att.sha256 not in assets:
@@ -162,7 +168,7 @@ def _attach(part: Part, assets: Mapping[str, bytes], cache: dict[str, Attachment
             full = cache[att.id] = msgspec.structs.replace(att, data=assets[att.sha256])
         return msgspec.structs.replace(part, attachment=full)
     if type(part) is ToolResult and not isinstance(part.content, str):
-        content: list[Any] = [_attach(c, assets, cache) for c in part.content]
+        content: list[Any] = [attach_part(c, assets, cache) for c in part.content]
         return msgspec.structs.replace(part, content=content)
     return part
 
@@ -172,7 +178,7 @@ def decode_document(data: bytes | str) -> tuple[list[Message], dict[str, Any]]:
     try:
         doc = _document_decoder.decode(data)
     except msgspec.MsgspecError as exc:
-        raise _invalid(exc) from None
+        raise invalid_from(exc) from None
     if doc.schema_version not in _SUPPORTED_VERSIONS:
         raise InvalidMessage(
             f"schema_version {doc.schema_version} is newer than this chathistory "
@@ -184,6 +190,6 @@ def decode_document(data: bytes | str) -> tuple[list[Message], dict[str, Any]]:
         cache: dict[str, Attachment] = {}
         for msg in messages:
             if msg.has_media:
-                msg.parts = [_attach(p, doc.assets, cache) for p in msg.parts]
+                msg.parts = [attach_part(p, doc.assets, cache) for p in msg.parts]
     _validate_all(messages, "$.messages")
     return messages, doc.metadata

@@ -35,7 +35,7 @@ from .parts import (
     new_id,
 )
 
-__all__ = ["KVStatus", "Message", "Role"]
+__all__ = ["KEPT_ROLES", "KVStatus", "Message", "Role"]
 
 
 class Role(StrEnum):
@@ -63,6 +63,11 @@ class Role(StrEnum):
     ALL = nonmember(("system", "developer", "user", "assistant", "tool",
                      "agent", "tool_response", "pcp_response", "mcp_response"))
     """Every role named here, the provider roles first."""
+
+
+KEPT_ROLES = frozenset({"system", "developer"})
+"""The roles every reducer, selector and store read keeps unless told otherwise
+(invariant 4): instructions, not conversation."""
 
 
 class KVStatus(IntEnum):

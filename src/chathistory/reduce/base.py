@@ -17,13 +17,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 from ..groups import Groups
-from ..model import Message
+from ..model import KEPT_ROLES, Message
 
 __all__ = [
     "KEPT_ROLES", "AsyncReducer", "BaseReducer", "Pipeline", "Reducer", "Split", "as_reducer",
 ]
 
-KEPT_ROLES = frozenset({"system", "developer"})
 
 
 @runtime_checkable

@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import ChatHistoryError
 from ..model import Message, TextPart
 from .base import BaseReducer, Split
-from .truncation import TruncationReducer, _roles
+from .truncation import TruncationReducer, kept_roles
 
 __all__ = [
     "SUMMARY_KEY",
@@ -82,7 +82,7 @@ class SummarizationReducer(BaseReducer):
     ) -> None:
         self.summarizer = summarizer
         self.truncation = TruncationReducer(target_count, threshold_count, keep_system=keep_system)
-        self.keep_roles = _roles(keep_system)
+        self.keep_roles = kept_roles(keep_system)
         self.summary_role = summary_role
         self.summary_prefix = summary_prefix
         self.timeout = timeout

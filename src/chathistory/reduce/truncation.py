@@ -13,7 +13,7 @@ from .base import KEPT_ROLES, BaseReducer, Split
 __all__ = ["MessageCountReducer", "TokenBudgetReducer", "TruncationReducer"]
 
 
-def _roles(keep_system: bool) -> frozenset[str]:
+def kept_roles(keep_system: bool) -> frozenset[str]:
     return KEPT_ROLES if keep_system else frozenset()
 
 
@@ -42,7 +42,7 @@ class TruncationReducer(BaseReducer):
             raise ValueError("need target_count >= 1 and threshold_count >= 0")
         self.target_count = target_count
         self.threshold_count = threshold_count
-        self.keep_roles = _roles(keep_system)
+        self.keep_roles = kept_roles(keep_system)
 
     def reduce(self, messages: Sequence[Message]) -> list[Message] | None:
         split = Split(messages, self.keep_roles)
@@ -72,7 +72,7 @@ class MessageCountReducer(BaseReducer):
         if max_messages < 1:
             raise ValueError("max_messages must be >= 1")
         self.max_messages = max_messages
-        self.keep_roles = _roles(keep_system)
+        self.keep_roles = kept_roles(keep_system)
 
     def reduce(self, messages: Sequence[Message]) -> list[Message] | None:
         split = Split(messages, self.keep_roles)
@@ -97,7 +97,7 @@ class TokenBudgetReducer(BaseReducer):
         self.max_tokens = max_tokens
         self.low_water_tokens = low
         self.counter = get_counter(counter)
-        self.keep_roles = _roles(keep_system)
+        self.keep_roles = kept_roles(keep_system)
 
     def reduce(self, messages: Sequence[Message]) -> list[Message] | None:
         counter = self.counter

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..errors import InvalidMessage
-from ..model.codec import _invalid
+from ..model.codec import invalid_from
 from ..stores.model import Session
 from .errors import HTTPError
 from .work import SMALL_BODY
@@ -103,7 +103,7 @@ def decode_json(body: bytes, type: type[T]) -> T:
     try:
         value: T = decoder.decode(body)
     except msgspec.ValidationError as exc:
-        raise _invalid(exc) from None
+        raise invalid_from(exc) from None
     except msgspec.DecodeError as exc:
         raise HTTPError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
     except RecursionError:

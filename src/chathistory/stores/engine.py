@@ -23,7 +23,7 @@ import msgspec
 from ..errors import Conflict, InvalidMessage, NotFound
 from ..groups import Groups
 from ..model import KVStatus, Message, ToolCall, ToolResult, new_id
-from ..model.codec import _strip_part, encode
+from ..model.codec import encode, strip_part
 from ..tokens import TokenCounter, cached_count, get_counter
 from .clock import StoreClock
 from .model import DEFAULT_TENANT, Page, Row, Session, utcnow
@@ -31,7 +31,6 @@ from .protocol import AppendTxn
 
 __all__ = ["Engine", "recent_key"]
 
-_KEPT = frozenset({"system", "developer"})
 _message_decoder = msgspec.json.Decoder(Message)
 T = TypeVar("T")
 
@@ -121,10 +120,6 @@ class Engine:
 
     def _b_rows(self, tenant: str, session_id: str, lo: int, hi: int) -> list[Row]:
         """Own rows with ``lo <= seq < hi``, ascending."""
-        raise NotImplementedError
-
-    def _b_tail_rows(self, tenant: str, session_id: str, hi: int, n: int) -> list[Row]:
-        """The last ``n`` own rows with ``seq < hi``, ascending."""
         raise NotImplementedError
 
     def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:
@@ -733,14 +728,15 @@ class Engine:
     def resolve(self, messages: Sequence[Message], *, tenant: str = DEFAULT_TENANT
                 ) -> list[Message]:
         """Copies of ``messages`` with attachment bytes filled in from the asset storage."""
-        from ..model.codec import _attach
+        from ..model.codec import attach_part
 
         cache: dict[str, Any] = {}
         assets = _AssetLookup(self, tenant)
         out = []
         for m in messages:
             if m.has_media:
-                m = msgspec.structs.replace(m, parts=[_attach(p, assets, cache) for p in m.parts])
+                parts = [attach_part(p, assets, cache) for p in m.parts]
+                m = msgspec.structs.replace(m, parts=parts)
             out.append(m)
         return out
 
@@ -749,7 +745,7 @@ class Engine:
 
 
 class _AssetLookup(Mapping[str, bytes]):
-    """A lazy ``sha256 -> bytes`` view of a tenant's assets (for ``_attach``)."""
+    """A lazy ``sha256 -> bytes`` view of a tenant's assets (for ``attach_part``)."""
 
     def __init__(self, store: Engine, tenant: str) -> None:
         self.store, self.tenant = store, tenant
@@ -907,7 +903,7 @@ def _stored_json(message: Message, assets: dict[str, tuple[bytes, str]]) -> byte
     """The message's JSON with attachment bytes moved into ``assets``."""
     if message.has_media:
         found: dict[str, bytes] = {}
-        parts = [_strip_part(p, found) for p in message.parts]
+        parts = [strip_part(p, found) for p in message.parts]
         if found:
             for att in message.attachments:
                 if att.sha256 in found:

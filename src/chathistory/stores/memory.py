@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from ..errors import Conflict
+from ..model import KEPT_ROLES
 from ..tokens import TokenCounter
 from .base import BaseStore
 from .engine import recent_key
@@ -23,7 +24,6 @@ __all__ = ["MemoryStore"]
 
 T = TypeVar("T")
 Key = tuple[str, str]
-_KEPT = ("system", "developer")
 
 
 class _Txn:
@@ -53,7 +53,7 @@ class _Txn:
         kept = s._kept.setdefault(self.key, [])
         for row in rows:
             index[row.id] = len(own)
-            if row.role in _KEPT:
+            if row.role in KEPT_ROLES:
                 kept.append(len(own))
             own.append(row)
         s._calls.setdefault(self.key, {}).update(calls)
@@ -152,14 +152,6 @@ class MemoryStore(BaseStore):
             base = own[0].seq
             return own[max(0, lo - base):max(0, hi - base)]
 
-    def _b_tail_rows(self, tenant: str, session_id: str, hi: int, n: int) -> list[Row]:
-        with self._lock:
-            own = self._own(tenant, session_id)
-            if not own:
-                return []
-            end = max(0, hi - own[0].seq)
-            return own[max(0, end - n):end]
-
     def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:
         with self._lock:
             own = self._own(tenant, session_id)
@@ -170,7 +162,7 @@ class MemoryStore(BaseStore):
         with self._lock:
             own = self._own(tenant, session_id)
             return [own[i] for i in self._kept.get((tenant, session_id), [])
-                    if i < len(own) and own[i].seq < hi and own[i].role in _KEPT]
+                    if i < len(own) and own[i].seq < hi and own[i].role in KEPT_ROLES]
 
     def _b_row_by_id(self, tenant: str, session_id: str, message_id: str) -> Row | None:
         with self._lock:

@@ -71,9 +71,13 @@ class Session(msgspec.Struct, kw_only=True, omit_defaults=True):
         try:
             return msgspec.convert(body, cls)
         except msgspec.ValidationError as exc:
-            from ..model.codec import _invalid
+            from ..model.codec import invalid_from
 
-            raise _invalid(exc) from None
+            raise invalid_from(exc) from None
+
+
+SESSION_DECODER = msgspec.json.Decoder(Session)
+"""The one decoder of a stored or sent ``Session`` (every backend and the remote client)."""
 
 
 class Row(NamedTuple):

@@ -41,10 +41,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import msgspec
 
 from ..errors import ChatHistoryError, Conflict, InvalidMessage, MissingDependency
+from ..model import KEPT_ROLES
 from ..tokens import TokenCounter
 from .base import AppendTxn, BaseStore
 from .engine import like_pattern, recent_key, regroup_spans
-from .model import Row, Session, make_row
+from .model import SESSION_DECODER, Row, Session, make_row
 
 try:
     import psycopg
@@ -96,10 +97,8 @@ _OPTIMISTIC_TRIES = 1  # optimistic plans an append tries before it takes the ro
 _RACED_SECONDS = 2.0  # after a lost race, appends to that session take the row lock
 _WRITTEN_SESSIONS = 4096  # sessions kept as this process last appended to them
 _MISSED = object()
-_session_decoder = msgspec.json.Decoder(Session)
 _ROW = "seq, id, role, data, tokens, cum_before, cut_ok, orphan, status, version"
 _NO_LIMIT = 2**62
-_KEPT = ("system", "developer")
 _PER_MESSAGE = ("messages", "message_ids", "calls")  # partitioned with partitions=N
 
 # ==================================================================== schema
@@ -220,7 +219,7 @@ def _m003_regroup(conn: psycopg.Connection[Any], schema: str, partitions: int | 
     """Clear the group-start flags that a batch append of earlier releases left set
     (a result joined the batch's earlier messages to its call only in memory)."""
     s = _quote(schema)
-    sessions = {(tenant, sid): _session_decoder.decode(payload) for tenant, sid, payload
+    sessions = {(tenant, sid): SESSION_DECODER.decode(payload) for tenant, sid, payload
                 in conn.execute(f"SELECT tenant, session_id, payload::text FROM {s}.sessions")}
 
     def rows_of(key: tuple[str, str]) -> list[tuple[int, bytes]]:
@@ -339,8 +338,6 @@ class _Queries:
             f"(SELECT {_ROW} FROM {m} WHERE {at_seq}) AS r "
             "WHERE o.tenant = %s AND o.session_id = %s AND o.seq < %s ORDER BY o.seq")
         self.rows = f"SELECT {_ROW} FROM {m} WHERE {key} AND seq >= %s AND seq < %s ORDER BY seq"
-        self.tail_rows = (f"SELECT {_ROW} FROM {m} WHERE {key} AND seq < %s "
-                          "ORDER BY seq DESC LIMIT %s")
         # own positions are contiguous and cum_before never decreases along them: a
         # binary search of primary-key probes, O(log n), in one statement
         named = "tenant = %(tenant)s AND session_id = %(session_id)s"
@@ -478,7 +475,7 @@ def _batch(rows: Sequence[Row], calls: Mapping[str, int]) -> str:
         "r": [{"seq": r.seq, "id": r.id, "role": r.role, "data": r.data.hex(),
                "tokens": r.tokens, "cum_before": r.cum_before, "cut_ok": r.cut_ok,
                "orphan": r.orphan, "status": r.status, "version": r.version} for r in rows],
-        "k": [r.seq for r in rows if r.role in _KEPT],
+        "k": [r.seq for r in rows if r.role in KEPT_ROLES],
         "c": calls,
     }).decode()
 
@@ -495,7 +492,7 @@ def _runs(seqs: Sequence[int]) -> list[tuple[int, int]]:
 
 
 def _sessions(cursor: psycopg.Cursor[Any]) -> list[Session]:
-    return [_session_decoder.decode(text) for (text,) in cursor]
+    return [SESSION_DECODER.decode(text) for (text,) in cursor]
 
 
 # ==================================================================== the store
@@ -860,13 +857,6 @@ class PostgresStore(BaseStore):
             return []
         return self._rows(self._q.rows, (tenant, session_id, lo, hi))
 
-    def _b_tail_rows(self, tenant: str, session_id: str, hi: int, n: int) -> list[Row]:
-        if n <= 0:
-            return []
-        rows = self._rows(self._q.tail_rows, (tenant, session_id, hi, n))
-        rows.reverse()
-        return rows
-
     def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:
         found = self._execute(self._q.seq_at_cum,
                               {"tenant": tenant, "session_id": session_id, "cum": cum})
@@ -879,7 +869,7 @@ class PostgresStore(BaseStore):
             found = conn.cursor(binary=True).execute(self._q.window_probe, params).fetchall()
         if not found:
             return None, []
-        session = _session_decoder.decode(found[0][0])
+        session = SESSION_DECODER.decode(found[0][0])
         return session, [make_row(r[1:]) for r in found if r[1] is not None]
 
     def _b_kept_rows(self, tenant: str, session_id: str, hi: int) -> list[Row]:

@@ -66,17 +66,16 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import msgspec
 
 from ..errors import Conflict, MissingDependency
+from ..model import KEPT_ROLES
 from ..tokens import TokenCounter
 from .base import BaseStore
 from .engine import recent_key, regroup_spans
-from .model import Row, Session
+from .model import SESSION_DECODER, Row, Session
 
 __all__ = ["RedisStore"]
 
 T = TypeVar("T")
 _PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_KEPT = ("system", "developer")
-_session_decoder = msgspec.json.Decoder(Session)
 _PayloadT = tuple[str, str, bytes, int, int, bool, int]  # id, role, data, tokens, cum, orphan, v
 _payload_decoder = msgspec.msgpack.Decoder(_PayloadT)
 _encoder = msgspec.msgpack.Encoder()
@@ -308,7 +307,7 @@ class _Txn:
         v, i, r, j = found[0]
         self._scores = dict(zip(ids, found[1], strict=True)) if ids else {}
         self.token = (v, i, r)
-        self.session: Session | None = None if j is None else _session_decoder.decode(j)
+        self.session: Session | None = None if j is None else SESSION_DECODER.decode(j)
         self.pending: tuple[list[Row], dict[str, int], tuple[int, int] | None, Session,
                             dict[str, tuple[bytes, str]]] | None = None
 
@@ -350,7 +349,7 @@ class _Txn:
         args: list[Any] = [v, i, r, msgspec.json.encode(session), session.version, lo, hi,
                            len(rows), len(calls), len(assets)]
         for row in rows:
-            args += [row.seq, row.id, row.cum_before, int(row.role in _KEPT), _pack(row)]
+            args += [row.seq, row.id, row.cum_before, int(row.role in KEPT_ROLES), _pack(row)]
         for call_id, seq in calls.items():
             args += [call_id, seq]
         args += list(assets)
@@ -492,7 +491,7 @@ class RedisStore(BaseStore):
             pipe.hmget(self._keys(tenant, sid).session, "i", "r", "j")
         out: list[tuple[str, str, Session] | None] = []
         for i, r, j in pipe.execute() if session_ids else []:
-            out.append(None if j is None else (_s(i), _s(r), _session_decoder.decode(j)))
+            out.append(None if j is None else (_s(i), _s(r), SESSION_DECODER.decode(j)))
         return out
 
     def _index_entries(self, session: Session, inc: str) -> list[tuple[str, str, str,
@@ -541,7 +540,7 @@ class RedisStore(BaseStore):
 
     def _b_get_session(self, tenant: str, session_id: str) -> Session | None:
         j = self._r.hget(self._keys(tenant, session_id).session, "j")
-        return None if j is None else _session_decoder.decode(j)
+        return None if j is None else SESSION_DECODER.decode(j)
 
     def _b_save_session(self, session: Session, expected_version: int) -> bool:
         key = self._keys(session.tenant, session.id).session
@@ -553,7 +552,7 @@ class RedisStore(BaseStore):
             self._r.zadd(self._tenant_key(session.tenant, "expiry"),
                          {_member(_s(inc), session.id): session.expires_at.timestamp()}, lt=True)
         args = [expected_version, session.version, msgspec.json.encode(session)]
-        return self._saving(_session_decoder.decode(j), session,
+        return self._saving(SESSION_DECODER.decode(j), session,
                             lambda: bool(self._save_script(keys=[key], args=args)))
 
     def _recent_keys(self, session: Session) -> list[str]:
@@ -665,7 +664,7 @@ class RedisStore(BaseStore):
         if j is None:
             return
         self._r.delete(*keys)  # one slot: the session goes at once; its index entries after
-        session = _session_decoder.decode(j)
+        session = SESSION_DECODER.decode(j)
         pipe = self._r.pipeline(transaction=False)
         for kind, key, member, _ in self._index_entries(session, _s(inc)):
             (pipe.zrem if kind == "z" else pipe.srem)(key, member)
@@ -704,13 +703,6 @@ class RedisStore(BaseStore):
         # own rows are contiguous positions, so a range is one HMGET of its fields
         return self._rows_at(tenant, session_id, range(max(0, lo), hi))
 
-    def _b_tail_rows(self, tenant: str, session_id: str, hi: int, n: int) -> list[Row]:
-        if n <= 0:
-            return []
-        found = self._r.zrange(self._keys(tenant, session_id).ids, f"({hi}", "-inf",
-                               byscore=True, desc=True, offset=0, num=n, withscores=True)
-        return self._rows_at(tenant, session_id, sorted(int(s) for _, s in found))
-
     def _b_window_probe(self, tenant: str, session_id: str, budget: int
                         ) -> tuple[Session | None, list[Row]] | None:
         k = self._keys(tenant, session_id)
@@ -723,7 +715,7 @@ class RedisStore(BaseStore):
             return None, []
         j, lo, *values = found
         first = int(lo)
-        return (_session_decoder.decode(j),
+        return (SESSION_DECODER.decode(j),
                 [_unpack(first + i, v) for i, v in enumerate(values) if v is not None])
 
     def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:

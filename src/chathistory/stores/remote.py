@@ -42,7 +42,7 @@ from ..errors import (
     StoreUnavailable,
 )
 from ..model import Attachment, KVStatus, Message
-from ..model.codec import _strip_part
+from ..model.codec import strip_part
 from ..tokens import TokenCounter, get_counter
 from .aio import AsyncStoreAdapter
 from .engine import _validated
@@ -56,7 +56,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 __all__ = ["AsyncRemoteStore", "RemoteError", "RemoteStore"]
 
 _RETRY_STATUS = frozenset({502, 503, 504})
-_session_decoder = msgspec.json.Decoder(Session)
 _sessions_decoder = msgspec.json.Decoder(list[Session])
 _encoder = msgspec.json.Encoder()
 
@@ -315,7 +314,7 @@ class RemoteStore:
             assert att.data is not None
             self.upload_asset(att.data, name=att.name, mime_type=att.mime_type, tenant=tenant)
         found: dict[str, bytes] = {}
-        parts = [_strip_part(p, found) for p in message.parts]
+        parts = [strip_part(p, found) for p in message.parts]
         return msgspec.structs.replace(message, parts=parts)
 
     def _messages_json(self, session_id: str, path: str, tenant: str | None,
@@ -466,7 +465,7 @@ class RemoteStore:
     def resolve(self, messages: Sequence[Message], *, tenant: str | None = None
                 ) -> list[Message]:
         """Copies of ``messages`` with attachment bytes filled in from the server."""
-        from ..model.codec import _attach
+        from ..model.codec import attach_part
 
         cache: dict[str, Attachment] = {}
         found: dict[str, bytes] = {}
@@ -478,7 +477,8 @@ class RemoteStore:
         out = []
         for m in messages:
             if m.has_media:
-                m = msgspec.structs.replace(m, parts=[_attach(p, found, cache) for p in m.parts])
+                parts = [attach_part(p, found, cache) for p in m.parts]
+                m = msgspec.structs.replace(m, parts=parts)
             out.append(m)
         return out
 

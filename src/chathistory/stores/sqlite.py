@@ -46,7 +46,7 @@ from ..errors import Conflict
 from ..tokens import TokenCounter
 from .base import BaseStore
 from .engine import like_pattern, recent_key, regroup_spans
-from .model import Row, Session, make_row, utcnow
+from .model import SESSION_DECODER, Row, Session, make_row, utcnow
 
 __all__ = ["MIGRATIONS", "SQLiteStore"]
 
@@ -64,7 +64,7 @@ def _backfill_updated_at(conn: sqlite3.Connection) -> None:
         if not batch:
             return
         conn.executemany("UPDATE sessions SET updated_at = ? WHERE tenant = ? AND id = ?",
-                         [(recent_key(_session_decoder.decode(payload)), tenant, sid)
+                         [(recent_key(SESSION_DECODER.decode(payload)), tenant, sid)
                           for tenant, sid, payload in batch])
         after = (batch[-1][0], batch[-1][1])
 
@@ -72,7 +72,7 @@ def _backfill_updated_at(conn: sqlite3.Connection) -> None:
 def _regroup(conn: sqlite3.Connection) -> None:
     """Clear the group-start flags that a batch append of earlier releases left set
     (a result joined the batch's earlier messages to its call only in memory)."""
-    sessions = {(tenant, sid): _session_decoder.decode(payload) for tenant, sid, payload
+    sessions = {(tenant, sid): SESSION_DECODER.decode(payload) for tenant, sid, payload
                 in conn.execute("SELECT tenant, id, payload FROM sessions")}
 
     def rows_of(key: tuple[str, str]) -> list[tuple[int, bytes]]:
@@ -164,7 +164,6 @@ _SYNCHRONOUS = ("NORMAL", "FULL", "EXTRA")
 _ROW = "seq, id, role, data, tokens, cum_before, cut_ok, orphan, status, version"
 _SELECT_ROWS = f"SELECT {_ROW} FROM messages WHERE tenant = ? AND session_id = ?"
 ROWS = _SELECT_ROWS + " AND seq >= ? AND seq < ? ORDER BY seq"
-TAIL = _SELECT_ROWS + " AND seq < ? ORDER BY seq DESC LIMIT ?"
 # pinned: without statistics the planner may prefer a range of the primary key
 KEPT = (f"SELECT {_ROW} FROM messages INDEXED BY messages_kept WHERE tenant = ? "
         "AND session_id = ? AND seq < ? AND role IN ('system', 'developer') ORDER BY seq")
@@ -218,7 +217,6 @@ MATCHING = ("SELECT j.value FROM json_each(?) AS j WHERE EXISTS (SELECT 1 FROM m
             "WHERE m.tenant = ? AND m.session_id = j.value "
             "AND CAST(m.data AS TEXT) LIKE ? ESCAPE '\\')")
 
-_session_decoder = msgspec.json.Decoder(Session)
 _encode = msgspec.json.Encoder().encode
 
 
@@ -248,7 +246,7 @@ class _Txn:
         self.conn, self.tenant, self.session_id = conn, tenant, session_id
         found = conn.execute(_GET_SESSION, (tenant, session_id)).fetchone()
         self.session: Session | None = (None if found is None
-                                        else _session_decoder.decode(found[0]))
+                                        else SESSION_DECODER.decode(found[0]))
 
     def existing(self, ids: Sequence[str]) -> dict[str, int]:
         if len(ids) == 1:
@@ -469,7 +467,7 @@ class SQLiteStore(BaseStore):
 
     def _b_get_session(self, tenant: str, session_id: str) -> Session | None:
         found = self._fetch(_GET_SESSION, (tenant, session_id))
-        return _session_decoder.decode(found[0][0]) if found else None
+        return SESSION_DECODER.decode(found[0][0]) if found else None
 
     def _b_save_session(self, session: Session, expected_version: int) -> bool:
         with self.atomic() as conn:
@@ -490,7 +488,7 @@ class SQLiteStore(BaseStore):
         sql += (" ORDER BY updated_at DESC, id DESC LIMIT ?" if recent
                 else " ORDER BY created_at, id LIMIT ?")
         params.append(limit)
-        return [_session_decoder.decode(p) for (p,) in self._fetch(sql, params)]
+        return [SESSION_DECODER.decode(p) for (p,) in self._fetch(sql, params)]
 
     def _b_matching(self, tenant: str, session_ids: Sequence[str], needle: str) -> set[str]:
         found = self._fetch(MATCHING, (_encode(list(session_ids)), tenant, like_pattern(needle)))
@@ -500,12 +498,12 @@ class SQLiteStore(BaseStore):
         found = self._fetch("SELECT payload FROM sessions INDEXED BY sessions_by_parent "
                             "WHERE tenant = ? AND parent_id = ?",
                             (tenant, session_id))
-        return [_session_decoder.decode(p) for (p,) in found]
+        return [SESSION_DECODER.decode(p) for (p,) in found]
 
     def _b_tree(self, tenant: str, root_id: str) -> list[Session]:
         found = self._fetch("SELECT payload FROM sessions INDEXED BY sessions_by_root "
                             "WHERE tenant = ? AND root_id = ?", (tenant, root_id))
-        return [_session_decoder.decode(p) for (p,) in found]
+        return [SESSION_DECODER.decode(p) for (p,) in found]
 
     def _b_delete_session(self, tenant: str, session_id: str) -> None:
         # messages, calls, status overrides and asset references go by ON DELETE CASCADE
@@ -523,11 +521,6 @@ class SQLiteStore(BaseStore):
 
     def _b_rows(self, tenant: str, session_id: str, lo: int, hi: int) -> list[Row]:
         return self._fetch_rows(ROWS, (tenant, session_id, lo, hi))
-
-    def _b_tail_rows(self, tenant: str, session_id: str, hi: int, n: int) -> list[Row]:
-        rows = self._fetch_rows(TAIL, (tenant, session_id, hi, n))
-        rows.reverse()
-        return rows
 
     def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:
         found = self._fetch(SEQ_AT_CUM, (tenant, session_id, cum, _SCAN))
