@@ -21,7 +21,9 @@ import test_conformance as conformance  # the suite's functions, rerun here on a
 
 from chathistory import Attachment, KVStatus, Message, MissingDependency
 from chathistory.stores.engine import recent_key
-from chathistory.stores.redis import RedisStore, _esc, _parse_url
+from chathistory.stores.redis import RedisStore
+from chathistory.stores.redis.keys import escape
+from chathistory.stores.redis.store import _parse_url
 
 redis = pytest.importorskip("redis")
 key_slot = pytest.importorskip("redis.cluster").key_slot
@@ -171,7 +173,7 @@ def test_every_key_of_a_session_shares_one_slot(redis_store: RedisStore,
     assert {k.rsplit("}:", 1)[1] for k in tenant_keys} == {
         "sessions", "user:u%3A1", "recent", "recent:u%3A1", "assets", "asset_types",
         f"refs:{png_sha(png_bytes)}",
-        f"tree:{_esc(sid)}", f"children:{_esc(sid)}"}  # no TTL: no expiry entry
+        f"tree:{escape(sid)}", f"children:{escape(sid)}"}  # no TTL: no expiry entry
     assert len({key_slot(k.encode()) for k in tenant_keys}) == 1
     # every key is one of this session's, its fork's, the tenant's, the tenant list or
     # the record of the data steps applied

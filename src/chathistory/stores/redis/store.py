@@ -1,294 +1,47 @@
-"""RedisStore: sessions in Redis or Redis Cluster (``redis://``, ``redis+cluster://``).
-
-Key layout. Every key of a session shares one hash tag, so a session lives in
-one cluster slot and its writes are single-slot Lua scripts (atomic)::
-
-    P:{T:S}:session  hash   v (version), i (incarnation), r (asset-ref epoch), j (JSON)
-    P:{T:S}:rows     hash   seq -> status byte, cut byte, msgpack(id, role, data, ...)
-    P:{T:S}:ids      zset   message id, score seq      (idempotency, truncation)
-    P:{T:S}:cum      zset   zero-padded seq, score cum_before  (window by tokens)
-    P:{T:S}:kept     zset   system/developer seqs
-    P:{T:S}:calls    zset   tool call id, score seq
-    P:{T:S}:over     hash   status overrides of inherited positions
-    P:{T:S}:refs     set    sha256 of the assets this session's rows use
-
-Tenant-wide indexes carry the tenant's own tag ``P:{T}:...`` (``sessions``,
-``user:U``, ``recent``, ``recent:U``, ``children:S``, ``tree:R``, ``expiry``,
-``assets``, ``asset_types``, ``refs:SHA``) and ``P:tenants`` lists tenants.
-``T``, ``S`` and ``U`` are escaped (``%``, ``:``, ``{``, ``}`` as ``%XX``), so
-no id can reach into another key or tag. Index members name the session
-incarnation (``inc|id``) or its creation time, so an entry left by a deleted
-session never matches a newer session of the same id.
-
-Cross-slot writes are ordered so a crash leaves only stale index entries,
-which every read filters out, never a missing one: index entries are added
-(idempotently) before the session is written, and removed after it is deleted.
-The ``recent`` order's entries name the session's ``updated_at``, which every
-save changes: a save adds the new entry before it writes and removes the old one
-after (a failed save removes its own entry, unless the session has that time).
-A listing keeps only entries that match the session as stored.
-A search (``list_sessions(query=)``) reads the rows of each listed session
-(``HSCAN``, stopping at the first match): its cost grows with the messages of
-the sessions it passes over.
-An asset is written with its tenant reference before the append that uses it;
-garbage collection removes an asset only when, atomically in the tenant's slot,
-no reference of a live incarnation and epoch is left.
-
-Appends are optimistic: read the session (version, incarnation, epoch) and
-what the engine asks for, then one Lua script checks that nothing changed and
-writes every row, index entry and the session (compare-and-set, one round
-trip); on a race it retries with a jittered backoff.
-
-Durability depends on the server's persistence settings, not on this module:
-
-- no persistence: everything is lost when the server restarts;
-- RDB snapshots: a restart goes back to the last snapshot;
-- AOF ``appendfsync everysec`` (the usual choice): a crash of the server
-  process or the OS loses at most about the last second of acknowledged writes;
-- AOF ``appendfsync always``: every acknowledged write survives a crash
-  (DESIGN invariant 8 holds only with this setting).
-
-Replication is asynchronous; issue ``WAIT`` / ``WAITAOF`` (7.2+) yourself when a
-write must reach replicas before you acknowledge it.
-"""
+"""``RedisStore``: the ``_b_*`` primitives on redis-py (one node or a cluster),
+optimistic appends (``_Txn``) and the data migrations."""
 
 from __future__ import annotations
 
 import random
-import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 
-from ..errors import Conflict, MissingDependency
-from ..model import KEPT_ROLES
-from ..tokens import TokenCounter
-from .base import BaseStore
-from .engine import recent_key, regroup_spans
-from .model import SESSION_DECODER, Row, Session
+from ...errors import Conflict, MissingDependency
+from ...model import KEPT_ROLES
+from ...tokens import TokenCounter
+from ..base import BaseStore
+from ..engine import recent_key, regroup_spans
+from ..model import SESSION_DECODER, Row, Session
+from . import scripts
+from .keys import (
+    PREFIX_PATTERN,
+    KeyLayout,
+    escape,
+    index_member,
+    pack_row,
+    recent_member,
+    unpack_row,
+)
 
 __all__ = ["RedisStore"]
 
 T = TypeVar("T")
-_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_PayloadT = tuple[str, str, bytes, int, int, bool, int]  # id, role, data, tokens, cum, orphan, v
-_payload_decoder = msgspec.msgpack.Decoder(_PayloadT)
-_encoder = msgspec.msgpack.Encoder()
 _CHUNK = 1000
-
-# KEYS: session rows ids cum kept calls refs.  ARGV: v i r json new_v clear_lo clear_hi
-# nrows ncalls nrefs, then (seq id cum kept payload)*, (call_id seq)*, sha*.
-_APPEND = """
-local s = redis.call('HMGET', KEYS[1], 'v', 'i', 'r')
-if s[1] ~= ARGV[1] or s[2] ~= ARGV[2] or s[3] ~= ARGV[3] then return 0 end
-for seq = tonumber(ARGV[6]), tonumber(ARGV[7]) - 1 do
-  local row = redis.call('HGET', KEYS[2], tostring(seq))
-  if row then redis.call('HSET', KEYS[2], tostring(seq), string.sub(row, 1, 1) .. '0' ..
-                         string.sub(row, 3)) end
-end
-local p = 11
-for k = 1, tonumber(ARGV[8]) do
-  local seq = ARGV[p]
-  redis.call('HSET', KEYS[2], seq, ARGV[p + 4])
-  redis.call('ZADD', KEYS[3], seq, ARGV[p + 1])
-  redis.call('ZADD', KEYS[4], ARGV[p + 2], string.format('%012d', tonumber(seq)))
-  if ARGV[p + 3] == '1' then redis.call('ZADD', KEYS[5], seq, seq) end
-  p = p + 5
-end
-for k = 1, tonumber(ARGV[9]) do
-  redis.call('ZADD', KEYS[6], ARGV[p + 1], ARGV[p])
-  p = p + 2
-end
-for k = 1, tonumber(ARGV[10]) do
-  redis.call('SADD', KEYS[7], ARGV[p])
-  p = p + 1
-end
-redis.call('HSET', KEYS[1], 'v', ARGV[5], 'j', ARGV[4])
--- one node only (KEYS[8..]: the tenant's recent-order sets, in other slots on a cluster):
--- the session's entry moves with the write itself
-if #KEYS > 7 then
-  local new, old = ARGV[p], ARGV[p + 1]
-  for k = 8, #KEYS do
-    redis.call('ZADD', KEYS[k], 0, new)
-    if old ~= '' and old ~= new then redis.call('ZREM', KEYS[k], old) end
-  end
-end
-return 1
-"""
-
-# KEYS: session rows cum.  ARGV: budget, most rows.  A window read in one round trip (see
-# Engine._b_window_probe): the session's JSON, then the first position returned, then the
-# rows from the one before the first whose running total reaches token_count - budget to
-# the end (at most ARGV[2] of them: the newest; the engine reads further back if needed),
-# read 500 at a time (Lua's unpack() has a limit). false (a nil reply) for a missing row.
-_PROBE = """
-local j = redis.call('HGET', KEYS[1], 'j')
-if not j then return false end
-local s = cjson.decode(j)
-local n = tonumber(s['message_count']) or 0
-local cum = (tonumber(s['token_count']) or 0) - tonumber(ARGV[1])
-local first = 0
-if cum > 0 then
-  local hit = redis.call('ZRANGEBYSCORE', KEYS[3], cum, '+inf', 'LIMIT', 0, 1)
-  if #hit > 0 then first = tonumber(hit[1]) else first = n end
-end
-local lo = math.max(0, math.min(first - 1, n - 1), n - tonumber(ARGV[2]))
-local out = {j, lo}
-local seq = lo
-while seq < n do
-  local stop = math.min(n, seq + 500)
-  local fields = {}
-  for k = seq, stop - 1 do fields[#fields + 1] = tostring(k) end
-  local values = redis.call('HMGET', KEYS[2], unpack(fields))
-  for k = 1, #fields do out[#out + 1] = values[k] or false end
-  seq = stop
-end
-return out
-"""
-_PROBE_ROWS = 2000
-
-# KEYS: session rows ids cum kept calls over refs.  ARGV: expected_v seq new_v json new_r,
-# then the positions whose group-start flag is restored
-_TRUNCATE = """
-if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
-local seq = tonumber(ARGV[2])
-local gone = redis.call('ZRANGEBYSCORE', KEYS[3], seq, '+inf', 'WITHSCORES')
-for k = 2, #gone, 2 do
-  local s = tonumber(gone[k])
-  redis.call('HDEL', KEYS[2], string.format('%d', s))
-  redis.call('ZREM', KEYS[4], string.format('%012d', s))
-end
-for _, key in ipairs({KEYS[3], KEYS[5], KEYS[6]}) do
-  redis.call('ZREMRANGEBYSCORE', key, seq, '+inf')
-end
-for k = 6, #ARGV do  -- group starts opened again by the truncation
-  local row = redis.call('HGET', KEYS[2], ARGV[k])
-  if row then redis.call('HSET', KEYS[2], ARGV[k], string.sub(row, 1, 1) .. '1' ..
-                         string.sub(row, 3)) end
-end
-if seq == 0 then
-  redis.call('DEL', KEYS[7], KEYS[8])
-  redis.call('HSET', KEYS[1], 'r', ARGV[5])
-end
-redis.call('HSET', KEYS[1], 'v', ARGV[3], 'j', ARGV[4])
-return 1
-"""
-
-_INSERT = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'v', ARGV[1], 'i', ARGV[2], 'r', ARGV[3], 'j', ARGV[4])
-return 1
-"""
-
-_SAVE = """
-if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'v', ARGV[2], 'j', ARGV[3])
-return 1
-"""
-
-# KEYS: rows.  ARGV: lo hi (inclusive): clear the group-start byte of those rows
-_CLEAR_CUTS = """
-for seq = tonumber(ARGV[1]), tonumber(ARGV[2]) do
-  local row = redis.call('HGET', KEYS[1], tostring(seq))
-  if row then redis.call('HSET', KEYS[1], tostring(seq), string.sub(row, 1, 1) .. '0' ..
-                         string.sub(row, 3)) end
-end
-return 1
-"""
 
 MIGRATIONS = ("m003_regroup",)
 """Named data steps, recorded in the ``P:migrations`` set once applied (Redis has no
 schema; m001 and m002 were the SQL stores' own)."""
 
-# KEYS: rows over.  ARGV: status n seq*n override*
-_SET_STATUS = """
-local byte = string.char(tonumber(ARGV[1]) + 128)
-local n = tonumber(ARGV[2])
-for k = 3, n + 2 do
-  local row = redis.call('HGET', KEYS[1], ARGV[k])
-  if row then redis.call('HSET', KEYS[1], ARGV[k], byte .. string.sub(row, 2)) end
-end
-for k = n + 3, #ARGV do redis.call('HSET', KEYS[2], ARGV[k], ARGV[1]) end
-return 1
-"""
-
-# KEYS: assets asset_types refs:SHA*.  ARGV: (sha nstale member*)* per refs key.
-_GC = """
-local p, removed = 1, 0
-for i = 3, #KEYS do
-  local sha, n = ARGV[p], tonumber(ARGV[p + 1])
-  p = p + 2
-  for j = 1, n do
-    redis.call('SREM', KEYS[i], ARGV[p])
-    p = p + 1
-  end
-  if redis.call('SCARD', KEYS[i]) == 0 and redis.call('HDEL', KEYS[1], sha) == 1 then
-    redis.call('HDEL', KEYS[2], sha)
-    removed = removed + 1
-  end
-end
-return removed
-"""
-
-# KEYS: expiry.  ARGV: member observed_score new_score ('' removes)
-_FIX_EXPIRY = """
-local now = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not now or tonumber(now) ~= tonumber(ARGV[2]) then return 0 end
-if ARGV[3] == '' then redis.call('ZREM', KEYS[1], ARGV[1])
-else redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1]) end
-return 1
-"""
-
-
-def _esc(value: str) -> str:
-    """A key component that cannot close a hash tag or fake a separator."""
-    return (value.replace("%", "%25").replace(":", "%3A").replace("{", "%7B")
-            .replace("}", "%7D"))
-
 
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _member(token: str, session_id: str) -> str:
-    return f"{token}|{session_id}"
-
-
-def _order_member(session: Session) -> str:
-    # NUL sorts below every ISO character, so byte order == (created, id) order
-    return f"{session.created_at.isoformat()}\x00{session.id}"
-
-
-def _recent_member(session: Session) -> str:
-    return f"{recent_key(session)}\x00{session.id}"
-
-
-def _pack(row: Row) -> bytes:
-    head = bytes((row.status + 128, 0x31 if row.cut_ok else 0x30))
-    return head + _encoder.encode((row.id, row.role, row.data, row.tokens, row.cum_before,
-                                   row.orphan, row.version))
-
-
-def _unpack(seq: int, value: bytes) -> Row:
-    mid, role, data, tokens, cum, orphan, version = _payload_decoder.decode(value[2:])
-    return Row(seq, mid, role, data, tokens, cum, value[1] == 0x31, orphan, value[0] - 128,
-               version)
-
-
-class _Keys(NamedTuple):
-    session: str
-    rows: str
-    ids: str
-    cum: str
-    kept: str
-    calls: str
-    over: str
-    refs: str
 
 
 class _Txn:
@@ -320,7 +73,7 @@ class _Txn:
         if not found:
             return {}
         values = self.store._r.hmget(self.keys.rows, [str(s) for s in found.values()])
-        return {i: _unpack(s, v).version
+        return {i: unpack_row(s, v).version
                 for (i, s), v in zip(found.items(), values, strict=True) if v is not None}
 
     def calls(self, call_ids: Sequence[str]) -> dict[str, int]:
@@ -341,7 +94,7 @@ class _Txn:
             tk = store._tenant_key
             pipe = store._r.pipeline(transaction=False)
             for sha, (data, mime) in assets.items():
-                pipe.sadd(tk(self.tenant, f"refs:{sha}"), _member(r, self.session_id))
+                pipe.sadd(tk(self.tenant, f"refs:{sha}"), index_member(r, self.session_id))
                 pipe.hsetnx(tk(self.tenant, "assets"), sha, data)
                 pipe.hsetnx(tk(self.tenant, "asset_types"), sha, mime)
             pipe.execute()
@@ -349,7 +102,7 @@ class _Txn:
         args: list[Any] = [v, i, r, msgspec.json.encode(session), session.version, lo, hi,
                            len(rows), len(calls), len(assets)]
         for row in rows:
-            args += [row.seq, row.id, row.cum_before, int(row.role in KEPT_ROLES), _pack(row)]
+            args += [row.seq, row.id, row.cum_before, int(row.role in KEPT_ROLES), pack_row(row)]
         for call_id, seq in calls.items():
             args += [call_id, seq]
         args += list(assets)
@@ -358,12 +111,12 @@ class _Txn:
         if store.cluster:  # the recent-order sets are in other slots: in steps around it
             return store._saving(self.session, session,
                                  lambda: bool(store._append_script(keys=keys, args=args)))
-        before = "" if self.session is None else _recent_member(self.session)
+        before = "" if self.session is None else recent_member(self.session)
         return bool(store._append_script(keys=keys + store._recent_keys(session),
-                                         args=[*args, _recent_member(session), before]))
+                                         args=[*args, recent_member(session), before]))
 
 
-class RedisStore(BaseStore):
+class RedisStore(KeyLayout, BaseStore):
     """A store in Redis (``redis://host:port/db``) or Redis Cluster
     (``redis+cluster://host:port`` or ``?cluster=true``).
 
@@ -383,8 +136,8 @@ class RedisStore(BaseStore):
             import redis.cluster
         except ImportError:
             raise MissingDependency("redis", "redis") from None
-        if not _PREFIX.match(prefix):
-            raise ValueError(f"prefix must match {_PREFIX.pattern}, got {prefix!r}")
+        if not PREFIX_PATTERN.match(prefix):
+            raise ValueError(f"prefix must match {PREFIX_PATTERN.pattern}, got {prefix!r}")
         self.prefix = prefix
         self.flush_prefix_on_close = flush_prefix_on_close
         url, from_url = _parse_url(url)
@@ -398,15 +151,15 @@ class RedisStore(BaseStore):
         else:
             self._r = redis.Redis.from_url(url, **timeouts)
             self._r.ping()  # fail fast on an unreachable server
-        self._append_script = self._r.register_script(_APPEND)
-        self._truncate_script = self._r.register_script(_TRUNCATE)
-        self._insert_script = self._r.register_script(_INSERT)
-        self._save_script = self._r.register_script(_SAVE)
-        self._probe_script = self._r.register_script(_PROBE)
+        self._append_script = self._r.register_script(scripts.APPEND)
+        self._truncate_script = self._r.register_script(scripts.TRUNCATE)
+        self._insert_script = self._r.register_script(scripts.INSERT)
+        self._save_script = self._r.register_script(scripts.SAVE)
+        self._probe_script = self._r.register_script(scripts.PROBE)
         self._script_error = redis.exceptions.ResponseError
-        self._status_script = self._r.register_script(_SET_STATUS)
-        self._gc_script = self._r.register_script(_GC)
-        self._fix_expiry_script = self._r.register_script(_FIX_EXPIRY)
+        self._status_script = self._r.register_script(scripts.SET_STATUS)
+        self._gc_script = self._r.register_script(scripts.GC)
+        self._fix_expiry_script = self._r.register_script(scripts.FIX_EXPIRY)
         self._migrate()
 
     def _migrate(self) -> None:
@@ -421,7 +174,7 @@ class RedisStore(BaseStore):
     def _regroup(self) -> None:
         """Clear the group-start flags that a batch append of earlier releases left set
         (a result joined the batch's earlier messages to its call only in memory)."""
-        clear = self._r.register_script(_CLEAR_CUTS)
+        clear = self._r.register_script(scripts.CLEAR_CUTS)
         for raw in self._r.smembers(f"{self.prefix}:tenants"):
             tenant = _s(raw)
             sids = [_s(m).partition("\x00")[2] for m in
@@ -431,7 +184,7 @@ class RedisStore(BaseStore):
 
             def rows_of(key: tuple[str, str]) -> list[tuple[int, bytes]]:
                 rows = self._r.hgetall(self._keys(*key).rows)
-                out = [(int(seq), _unpack(int(seq), value).data) for seq, value in rows.items()
+                out = [(int(seq), unpack_row(int(seq), value).data) for seq, value in rows.items()
                        if b'"tool_result"' in value]
                 return sorted(out)
 
@@ -466,21 +219,6 @@ class RedisStore(BaseStore):
                 self._r.delete(*batch)
         self._r.close()
 
-    # ================================================================ keys
-
-    def _keys(self, tenant: str, session_id: str) -> _Keys:
-        tag = f"{self.prefix}:{{{_esc(tenant)}:{_esc(session_id)}}}:"
-        return _Keys(*(tag + name for name in _Keys._fields))
-
-    def _tenant_key(self, tenant: str, name: str) -> str:
-        return f"{self.prefix}:{{{_esc(tenant)}}}:{name}"
-
-    def _list_key(self, tenant: str, user: str | None) -> str:
-        return self._tenant_key(tenant, "sessions" if user is None else f"user:{_esc(user)}")
-
-    def _recent_key(self, tenant: str, user: str | None) -> str:
-        return self._tenant_key(tenant, "recent" if user is None else f"recent:{_esc(user)}")
-
     # ================================================================ sessions
 
     def _load(self, tenant: str, session_ids: Sequence[str]
@@ -492,28 +230,6 @@ class RedisStore(BaseStore):
         out: list[tuple[str, str, Session] | None] = []
         for i, r, j in pipe.execute() if session_ids else []:
             out.append(None if j is None else (_s(i), _s(r), SESSION_DECODER.decode(j)))
-        return out
-
-    def _index_entries(self, session: Session, inc: str) -> list[tuple[str, str, str,
-                                                                      float | None]]:
-        """(command, key, member, score) of the tenant index entries of a session."""
-        tk, member = self._tenant_key, _member(inc, session.id)
-        order = _order_member(session)
-        out: list[tuple[str, str, str, float | None]] = [
-            ("z", self._list_key(session.tenant, None), order, 0.0),
-            ("s", tk(session.tenant, f"tree:{_esc(session.root_id or session.id)}"), member,
-             None)]
-        recent = _recent_member(session)
-        out.append(("z", self._recent_key(session.tenant, None), recent, 0.0))
-        if session.user is not None:
-            out.append(("z", self._list_key(session.tenant, session.user), order, 0.0))
-            out.append(("z", self._recent_key(session.tenant, session.user), recent, 0.0))
-        if session.parent_id is not None:
-            out.append(("s", tk(session.tenant, f"children:{_esc(session.parent_id)}"), member,
-                        None))
-        if session.expires_at is not None:
-            out.append(("z", tk(session.tenant, "expiry"), member,
-                        session.expires_at.timestamp()))
         return out
 
     def _b_insert_session(self, session: Session) -> None:
@@ -550,24 +266,18 @@ class RedisStore(BaseStore):
         if session.expires_at is not None:
             # before the save, and only ever lowered: the index is never later than the TTL
             self._r.zadd(self._tenant_key(session.tenant, "expiry"),
-                         {_member(_s(inc), session.id): session.expires_at.timestamp()}, lt=True)
+                         {index_member(_s(inc), session.id): session.expires_at.timestamp()},
+                         lt=True)
         args = [expected_version, session.version, msgspec.json.encode(session)]
         return self._saving(SESSION_DECODER.decode(j), session,
                             lambda: bool(self._save_script(keys=[key], args=args)))
-
-    def _recent_keys(self, session: Session) -> list[str]:
-        """The recent-order sets a session is listed in: its tenant's, and its user's."""
-        keys = [self._recent_key(session.tenant, None)]
-        if session.user is not None:
-            keys.append(self._recent_key(session.tenant, session.user))
-        return keys
 
     def _saving(self, old: Session | None, new: Session, write: Callable[[], bool]) -> bool:
         """Run ``write`` (saving ``new`` over ``old``) with the recent-order entries in
         step: the new entry before it, the old one removed after (crash: a stale entry,
         never a missing one)."""
-        member = _recent_member(new)
-        before = None if old is None else _recent_member(old)
+        member = recent_member(new)
+        before = None if old is None else recent_member(old)
         if before == member:
             return write()
         keys = self._recent_keys(new)
@@ -579,7 +289,7 @@ class RedisStore(BaseStore):
         gone = before
         if not saved:  # ours is stale, unless a save that won has the very same time
             current = self._b_get_session(new.tenant, new.id)
-            gone = None if current is not None and _recent_member(current) == member else member
+            gone = None if current is not None and recent_member(current) == member else member
         if gone is not None:
             pipe = self._r.pipeline(transaction=False)
             for key in keys:
@@ -630,7 +340,7 @@ class RedisStore(BaseStore):
                 pipe.hscan(self._keys(tenant, sid).rows, pending[sid], count=500)
             for sid, (cursor, rows) in zip(scanned, pipe.execute(), strict=True):
                 # the packed row holds the JSON verbatim: a cheap test first
-                if any(wanted in value.lower() and wanted in _unpack(0, value).data.lower()
+                if any(wanted in value.lower() and wanted in unpack_row(0, value).data.lower()
                        for value in rows.values()):
                     found.add(sid)
                     del pending[sid]
@@ -648,11 +358,11 @@ class RedisStore(BaseStore):
                 if found is not None and found[0] == inc and keep(found[2])]
 
     def _b_children(self, tenant: str, session_id: str) -> list[Session]:
-        return self._members(tenant, f"children:{_esc(session_id)}",
+        return self._members(tenant, f"children:{escape(session_id)}",
                              lambda s: s.parent_id == session_id)
 
     def _b_tree(self, tenant: str, root_id: str) -> list[Session]:
-        return self._members(tenant, f"tree:{_esc(root_id)}",
+        return self._members(tenant, f"tree:{escape(root_id)}",
                              lambda s: (s.root_id or s.id) == root_id)
 
     def _b_delete_session(self, tenant: str, session_id: str) -> None:
@@ -669,7 +379,8 @@ class RedisStore(BaseStore):
         for kind, key, member, _ in self._index_entries(session, _s(inc)):
             (pipe.zrem if kind == "z" else pipe.srem)(key, member)
         for sha in shas:
-            pipe.srem(self._tenant_key(tenant, f"refs:{_s(sha)}"), _member(_s(epoch), session_id))
+            pipe.srem(self._tenant_key(tenant, f"refs:{_s(sha)}"),
+                      index_member(_s(epoch), session_id))
         pipe.execute()
 
     # ================================================================ messages
@@ -697,7 +408,7 @@ class RedisStore(BaseStore):
             for a in range(0, len(seqs), _CHUNK):
                 pipe.hmget(key, [str(s) for s in seqs[a:a + _CHUNK]])
             values = [v for chunk in pipe.execute() for v in chunk]
-        return [_unpack(s, v) for s, v in zip(seqs, values, strict=True) if v is not None]
+        return [unpack_row(s, v) for s, v in zip(seqs, values, strict=True) if v is not None]
 
     def _b_rows(self, tenant: str, session_id: str, lo: int, hi: int) -> list[Row]:
         # own rows are contiguous positions, so a range is one HMGET of its fields
@@ -708,7 +419,7 @@ class RedisStore(BaseStore):
         k = self._keys(tenant, session_id)
         try:
             found = self._probe_script(keys=[k.session, k.rows, k.cum],
-                                       args=[budget, _PROBE_ROWS])
+                                       args=[budget, scripts.PROBE_ROWS])
         except self._script_error:  # a session JSON that Lua's cjson cannot read: step by step
             return None
         if not found:
@@ -716,7 +427,7 @@ class RedisStore(BaseStore):
         j, lo, *values = found
         first = int(lo)
         return (SESSION_DECODER.decode(j),
-                [_unpack(first + i, v) for i, v in enumerate(values) if v is not None])
+                [unpack_row(first + i, v) for i, v in enumerate(values) if v is not None])
 
     def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:
         found = self._r.zrangebyscore(self._keys(tenant, session_id).cum, cum, "+inf", 0, 1)

@@ -1,0 +1,188 @@
+"""PostgreSQL schema: the tables (their DDL), the named migrations that create
+and change them, ``migrate`` and the check of schema names."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from ..engine import regroup_spans
+from ..model import SESSION_DECODER
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_PER_MESSAGE = ("messages", "message_ids", "calls")  # partitioned with partitions=N
+
+_SESSIONS = """
+CREATE TABLE {s}.sessions (
+    tenant      text COLLATE "C" NOT NULL,
+    session_id  text COLLATE "C" NOT NULL,
+    created_iso text COLLATE "C" NOT NULL,  -- created_at.isoformat(): the listing order
+    user_id     text COLLATE "C",
+    parent_id   text COLLATE "C",
+    root_id     text COLLATE "C" NOT NULL,
+    expires_at  timestamptz,
+    version     bigint NOT NULL,
+    payload     json NOT NULL,              -- the whole Session, as msgspec wrote it
+    PRIMARY KEY (tenant, session_id)
+);
+CREATE INDEX sessions_by_created ON {s}.sessions (tenant, created_iso, session_id);
+CREATE INDEX sessions_by_user ON {s}.sessions (tenant, user_id, created_iso, session_id);
+CREATE INDEX sessions_by_parent ON {s}.sessions (tenant, parent_id) WHERE parent_id IS NOT NULL;
+CREATE INDEX sessions_by_root ON {s}.sessions (tenant, root_id);
+CREATE INDEX sessions_by_expiry ON {s}.sessions (expires_at) WHERE expires_at IS NOT NULL;
+"""
+
+_MESSAGES = """
+CREATE TABLE {s}.messages (
+    tenant      text COLLATE "C" NOT NULL,
+    session_id  text COLLATE "C" NOT NULL,
+    seq         bigint NOT NULL,
+    id          text COLLATE "C" NOT NULL,
+    role        text COLLATE "C" NOT NULL,
+    data        bytea NOT NULL,
+    tokens      integer NOT NULL,
+    cum_before  bigint NOT NULL,              -- non-decreasing in seq: binary-searchable
+    cut_ok      boolean NOT NULL,
+    orphan      boolean NOT NULL,
+    status      smallint NOT NULL,
+    version     bigint NOT NULL,
+    PRIMARY KEY (tenant, session_id, seq)
+){partition};
+CREATE TABLE {s}.message_ids (                -- a message id is unique in its session
+    tenant      text COLLATE "C" NOT NULL,
+    session_id  text COLLATE "C" NOT NULL,
+    id          text COLLATE "C" NOT NULL,
+    seq         bigint NOT NULL,
+    version     bigint NOT NULL,
+    PRIMARY KEY (tenant, session_id, id)
+){partition};
+CREATE TABLE {s}.calls (                      -- tool calls made by the session's messages
+    tenant      text COLLATE "C" NOT NULL,
+    session_id  text COLLATE "C" NOT NULL,
+    call_id     text COLLATE "C" NOT NULL,
+    seq         bigint NOT NULL,
+    PRIMARY KEY (tenant, session_id, call_id)
+){partition};
+CREATE TABLE {s}.kept (                       -- positions of system and developer messages
+    tenant      text COLLATE "C" NOT NULL,
+    session_id  text COLLATE "C" NOT NULL,
+    seq         bigint NOT NULL,
+    PRIMARY KEY (tenant, session_id, seq)
+);
+"""
+
+_OTHERS = """
+CREATE TABLE {s}.overrides (
+    tenant      text COLLATE "C" NOT NULL,
+    session_id  text COLLATE "C" NOT NULL,
+    seq         bigint NOT NULL,
+    status      smallint NOT NULL,
+    PRIMARY KEY (tenant, session_id, seq)
+);
+CREATE TABLE {s}.assets (
+    tenant      text COLLATE "C" NOT NULL,
+    sha256      text COLLATE "C" NOT NULL,
+    media_type  text NOT NULL,
+    data        bytea NOT NULL,
+    PRIMARY KEY (tenant, sha256)
+);
+CREATE TABLE {s}.asset_refs (
+    tenant      text COLLATE "C" NOT NULL,
+    session_id  text COLLATE "C" NOT NULL,
+    sha256      text COLLATE "C" NOT NULL,
+    PRIMARY KEY (tenant, session_id, sha256)
+);
+CREATE INDEX asset_refs_by_sha ON {s}.asset_refs (tenant, sha256);
+"""
+
+
+def _m001_initial(conn: psycopg.Connection[Any], schema: str, partitions: int | None) -> None:
+    s = quote_schema(schema)
+    partition = "" if not partitions else " PARTITION BY HASH (tenant, session_id)"
+    for script in (_SESSIONS, _MESSAGES.replace("{partition}", partition), _OTHERS):
+        conn.execute(script.replace("{s}", s))
+    for table in _PER_MESSAGE if partitions else ():
+        for i in range(partitions or 0):  # (or 0: never reached without partitions)
+            conn.execute(f"CREATE TABLE {s}.{table}_p{i} PARTITION OF {s}.{table} "
+                         f"FOR VALUES WITH (MODULUS {partitions}, REMAINDER {i})")
+
+
+def _m002_updated_at(conn: psycopg.Connection[Any], schema: str, partitions: int | None
+                     ) -> None:
+    """``updated_iso``: ``recent_key()`` of the session (the ``order="recent"`` key),
+    backfilled from the payload, kept in step on every save."""
+    s = quote_schema(schema)
+    # the default: a process of the previous release (a rolling upgrade) can still
+    # create sessions; they list last in recent order until their next save
+    conn.execute(f"ALTER TABLE {s}.sessions ADD COLUMN updated_iso text COLLATE \"C\" "
+                 "NOT NULL DEFAULT ''")
+    # the same text as datetime.astimezone(UTC).isoformat(timespec="microseconds")
+    conn.execute(f"UPDATE {s}.sessions SET updated_iso = to_char((payload->>'updated_at')"
+                 "::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"')")
+    conn.execute(f"CREATE INDEX sessions_by_updated ON {s}.sessions "
+                 "(tenant, updated_iso, session_id)")
+
+
+def _m003_regroup(conn: psycopg.Connection[Any], schema: str, partitions: int | None
+                  ) -> None:
+    """Clear the group-start flags that a batch append of earlier releases left set
+    (a result joined the batch's earlier messages to its call only in memory)."""
+    s = quote_schema(schema)
+    sessions = {(tenant, sid): SESSION_DECODER.decode(payload) for tenant, sid, payload
+                in conn.execute(f"SELECT tenant, session_id, payload::text FROM {s}.sessions")}
+
+    def rows_of(key: tuple[str, str]) -> list[tuple[int, bytes]]:
+        return [(seq, bytes(data)) for seq, data in conn.execute(
+            f"SELECT seq, data FROM {s}.messages WHERE tenant = %s AND session_id = %s "
+            "AND position('\"tool_result\"'::bytea IN data) > 0 ORDER BY seq", key)]
+
+    def calls_of(key: tuple[str, str]) -> dict[str, int]:
+        return {call_id: seq for call_id, seq in conn.execute(
+            f"SELECT call_id, seq FROM {s}.calls WHERE tenant = %s AND session_id = %s", key)}
+
+    for key, lo, hi in regroup_spans(sessions, rows_of, calls_of):
+        conn.execute(f"UPDATE {s}.messages SET cut_ok = false WHERE tenant = %s AND "
+                     "session_id = %s AND seq >= %s AND seq <= %s AND cut_ok", (*key, lo, hi))
+
+
+MIGRATIONS: list[tuple[str, Callable[[psycopg.Connection[Any], str, int | None], None]]] = [
+    ("m001_initial", _m001_initial),
+    ("m002_updated_at", _m002_updated_at),
+    # parallel calls stored as consecutive messages in one batch are one group
+    ("m003_regroup", _m003_regroup),
+]
+"""Named steps, applied in order, each in one transaction with its record."""
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str, partitions: int | None = None
+            ) -> list[str]:
+    """Apply the migrations ``schema`` lacks; returns their names. Safe to run from
+    several processes at once: each step takes a transaction-scoped advisory lock."""
+    s = quote_schema(schema)
+    applied: list[str] = []
+    for name, step in MIGRATIONS:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                         (f"chathistory:{schema}",))
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {s}.migrations (name text PRIMARY KEY, "
+                         "applied_at timestamptz NOT NULL DEFAULT now())")
+            done = conn.execute(f"SELECT 1 FROM {s}.migrations WHERE name = %s", (name,))
+            if done.fetchone() is not None:
+                continue
+            step(conn, schema, partitions)
+            conn.execute(f"INSERT INTO {s}.migrations (name) VALUES (%s)", (name,))
+            applied.append(name)
+    return applied
+
+
+def quote_schema(schema: str) -> str:
+    """The schema's name quoted for SQL, once it matches ``_SCHEMA_NAME`` (a
+    ``ValueError`` otherwise): the only identifier the statements are built from."""
+    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+        raise ValueError(f"schema must match {_SCHEMA_NAME.pattern} (got {schema!r})")
+    return f'"{schema}"'
+

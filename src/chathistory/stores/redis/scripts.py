@@ -1,0 +1,162 @@
+"""Redis Lua scripts: each write that must be atomic in a session's slot (append,
+truncate, insert, save, status marks) or a tenant's (asset GC, expiry fixes), and
+the window read in one round trip. Each says its KEYS and ARGV."""
+
+# KEYS: session rows ids cum kept calls refs.  ARGV: v i r json new_v clear_lo clear_hi
+# nrows ncalls nrefs, then (seq id cum kept payload)*, (call_id seq)*, sha*.
+APPEND = """
+local s = redis.call('HMGET', KEYS[1], 'v', 'i', 'r')
+if s[1] ~= ARGV[1] or s[2] ~= ARGV[2] or s[3] ~= ARGV[3] then return 0 end
+for seq = tonumber(ARGV[6]), tonumber(ARGV[7]) - 1 do
+  local row = redis.call('HGET', KEYS[2], tostring(seq))
+  if row then redis.call('HSET', KEYS[2], tostring(seq), string.sub(row, 1, 1) .. '0' ..
+                         string.sub(row, 3)) end
+end
+local p = 11
+for k = 1, tonumber(ARGV[8]) do
+  local seq = ARGV[p]
+  redis.call('HSET', KEYS[2], seq, ARGV[p + 4])
+  redis.call('ZADD', KEYS[3], seq, ARGV[p + 1])
+  redis.call('ZADD', KEYS[4], ARGV[p + 2], string.format('%012d', tonumber(seq)))
+  if ARGV[p + 3] == '1' then redis.call('ZADD', KEYS[5], seq, seq) end
+  p = p + 5
+end
+for k = 1, tonumber(ARGV[9]) do
+  redis.call('ZADD', KEYS[6], ARGV[p + 1], ARGV[p])
+  p = p + 2
+end
+for k = 1, tonumber(ARGV[10]) do
+  redis.call('SADD', KEYS[7], ARGV[p])
+  p = p + 1
+end
+redis.call('HSET', KEYS[1], 'v', ARGV[5], 'j', ARGV[4])
+-- one node only (KEYS[8..]: the tenant's recent-order sets, in other slots on a cluster):
+-- the session's entry moves with the write itself
+if #KEYS > 7 then
+  local new, old = ARGV[p], ARGV[p + 1]
+  for k = 8, #KEYS do
+    redis.call('ZADD', KEYS[k], 0, new)
+    if old ~= '' and old ~= new then redis.call('ZREM', KEYS[k], old) end
+  end
+end
+return 1
+"""
+
+# KEYS: session rows cum.  ARGV: budget, most rows.  A window read in one round trip (see
+# Engine._b_window_probe): the session's JSON, then the first position returned, then the
+# rows from the one before the first whose running total reaches token_count - budget to
+# the end (at most ARGV[2] of them: the newest; the engine reads further back if needed),
+# read 500 at a time (Lua's unpack() has a limit). false (a nil reply) for a missing row.
+PROBE = """
+local j = redis.call('HGET', KEYS[1], 'j')
+if not j then return false end
+local s = cjson.decode(j)
+local n = tonumber(s['message_count']) or 0
+local cum = (tonumber(s['token_count']) or 0) - tonumber(ARGV[1])
+local first = 0
+if cum > 0 then
+  local hit = redis.call('ZRANGEBYSCORE', KEYS[3], cum, '+inf', 'LIMIT', 0, 1)
+  if #hit > 0 then first = tonumber(hit[1]) else first = n end
+end
+local lo = math.max(0, math.min(first - 1, n - 1), n - tonumber(ARGV[2]))
+local out = {j, lo}
+local seq = lo
+while seq < n do
+  local stop = math.min(n, seq + 500)
+  local fields = {}
+  for k = seq, stop - 1 do fields[#fields + 1] = tostring(k) end
+  local values = redis.call('HMGET', KEYS[2], unpack(fields))
+  for k = 1, #fields do out[#out + 1] = values[k] or false end
+  seq = stop
+end
+return out
+"""
+PROBE_ROWS = 2000
+
+# KEYS: session rows ids cum kept calls over refs.  ARGV: expected_v seq new_v json new_r,
+# then the positions whose group-start flag is restored
+TRUNCATE = """
+if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
+local seq = tonumber(ARGV[2])
+local gone = redis.call('ZRANGEBYSCORE', KEYS[3], seq, '+inf', 'WITHSCORES')
+for k = 2, #gone, 2 do
+  local s = tonumber(gone[k])
+  redis.call('HDEL', KEYS[2], string.format('%d', s))
+  redis.call('ZREM', KEYS[4], string.format('%012d', s))
+end
+for _, key in ipairs({KEYS[3], KEYS[5], KEYS[6]}) do
+  redis.call('ZREMRANGEBYSCORE', key, seq, '+inf')
+end
+for k = 6, #ARGV do  -- group starts opened again by the truncation
+  local row = redis.call('HGET', KEYS[2], ARGV[k])
+  if row then redis.call('HSET', KEYS[2], ARGV[k], string.sub(row, 1, 1) .. '1' ..
+                         string.sub(row, 3)) end
+end
+if seq == 0 then
+  redis.call('DEL', KEYS[7], KEYS[8])
+  redis.call('HSET', KEYS[1], 'r', ARGV[5])
+end
+redis.call('HSET', KEYS[1], 'v', ARGV[3], 'j', ARGV[4])
+return 1
+"""
+
+INSERT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'v', ARGV[1], 'i', ARGV[2], 'r', ARGV[3], 'j', ARGV[4])
+return 1
+"""
+
+SAVE = """
+if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'v', ARGV[2], 'j', ARGV[3])
+return 1
+"""
+
+# KEYS: rows.  ARGV: lo hi (inclusive): clear the group-start byte of those rows
+CLEAR_CUTS = """
+for seq = tonumber(ARGV[1]), tonumber(ARGV[2]) do
+  local row = redis.call('HGET', KEYS[1], tostring(seq))
+  if row then redis.call('HSET', KEYS[1], tostring(seq), string.sub(row, 1, 1) .. '0' ..
+                         string.sub(row, 3)) end
+end
+return 1
+"""
+
+# KEYS: rows over.  ARGV: status n seq*n override*
+SET_STATUS = """
+local byte = string.char(tonumber(ARGV[1]) + 128)
+local n = tonumber(ARGV[2])
+for k = 3, n + 2 do
+  local row = redis.call('HGET', KEYS[1], ARGV[k])
+  if row then redis.call('HSET', KEYS[1], ARGV[k], byte .. string.sub(row, 2)) end
+end
+for k = n + 3, #ARGV do redis.call('HSET', KEYS[2], ARGV[k], ARGV[1]) end
+return 1
+"""
+
+# KEYS: assets asset_types refs:SHA*.  ARGV: (sha nstale member*)* per refs key.
+GC = """
+local p, removed = 1, 0
+for i = 3, #KEYS do
+  local sha, n = ARGV[p], tonumber(ARGV[p + 1])
+  p = p + 2
+  for j = 1, n do
+    redis.call('SREM', KEYS[i], ARGV[p])
+    p = p + 1
+  end
+  if redis.call('SCARD', KEYS[i]) == 0 and redis.call('HDEL', KEYS[1], sha) == 1 then
+    redis.call('HDEL', KEYS[2], sha)
+    removed = removed + 1
+  end
+end
+return removed
+"""
+
+# KEYS: expiry.  ARGV: member observed_score new_score ('' removes)
+FIX_EXPIRY = """
+local now = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not now or tonumber(now) ~= tonumber(ARGV[2]) then return 0 end
+if ARGV[3] == '' then redis.call('ZREM', KEYS[1], ARGV[1])
+else redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1]) end
+return 1
+"""
