@@ -19,7 +19,7 @@ import pytest
 from chathistory import Attachment, History, KVStatus, Message
 from chathistory.stores import Session, open_store
 from chathistory.stores import sqlite as sqlite_module
-from chathistory.stores.engine import recent_key
+from chathistory.stores.backend import recent_key
 from chathistory.stores.sqlite import SQLiteStore
 
 TABLES = {"migrations", "sessions", "messages", "calls", "status_overrides", "assets",

@@ -227,15 +227,16 @@ def test_an_expired_session_is_gone_for_every_call(store: BaseStore) -> None:
 @pytest.fixture
 def node_two_hours_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
     """This process's wall clock, as the stores read it, 2 h ahead."""
-    import chathistory.stores.base as base
+    import chathistory.stores.append as append
     import chathistory.stores.clock as clock
-    import chathistory.stores.engine as engine
+    import chathistory.stores.lifecycle as lifecycle
     import chathistory.stores.model as model
+    import chathistory.stores.sessions as sessions
 
     def ahead() -> datetime:
         return datetime.now(UTC) + timedelta(hours=2)
 
-    for module in (model, engine, base, clock):
+    for module in (model, sessions, append, lifecycle, clock):
         monkeypatch.setattr(module, "utcnow", ahead)
 
 

@@ -16,8 +16,8 @@ from typing import TypeVar
 from ..errors import Conflict
 from ..model import KEPT_ROLES
 from ..tokens import TokenCounter
+from .backend import AppendTxn, recent_key
 from .base import BaseStore
-from .engine import recent_key
 from .model import Row, Session
 
 __all__ = ["MemoryStore"]
@@ -26,7 +26,7 @@ T = TypeVar("T")
 Key = tuple[str, str]
 
 
-class _Txn:
+class _Txn(AppendTxn):
     def __init__(self, store: MemoryStore, key: Key) -> None:
         self.store, self.key = store, key
         self.session = store._sessions.get(key)

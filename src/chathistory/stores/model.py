@@ -9,9 +9,10 @@ from typing import Any, Generic, NamedTuple, TypeVar
 import msgspec
 
 from ..errors import InvalidMessage
+from ..model import Message
 
-__all__ = ["DEFAULT_TENANT", "SESSION_SCHEMA_VERSION", "Page", "Row", "Session", "make_row",
-           "utcnow"]
+__all__ = ["DEFAULT_TENANT", "MESSAGE_DECODER", "SESSION_DECODER", "SESSION_SCHEMA_VERSION",
+           "Page", "Row", "Session", "make_row", "utcnow"]
 
 DEFAULT_TENANT = "default"
 SESSION_SCHEMA_VERSION = 1
@@ -78,6 +79,9 @@ class Session(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 SESSION_DECODER = msgspec.json.Decoder(Session)
 """The one decoder of a stored or sent ``Session`` (every backend and the remote client)."""
+
+MESSAGE_DECODER = msgspec.json.Decoder(Message)
+"""The one decoder of a row's stored JSON (``Row.data``) into its ``Message``."""
 
 
 class Row(NamedTuple):

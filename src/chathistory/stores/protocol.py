@@ -1,16 +1,18 @@
-"""The store protocols: ``Store`` (public) and ``AppendTxn`` (backend transactions)."""
+"""The public store protocol, ``Store``: what every store offers, ``RemoteStore`` too.
+
+What a backend implements underneath is ``Backend`` (``backend.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..model import KVStatus, Message
 from ..tokens import TokenCounter
-from .model import Page, Row, Session
+from .model import Page, Session
 
-__all__ = ["AppendTxn", "Store"]
+__all__ = ["Store"]
 
 
 @runtime_checkable
@@ -65,25 +67,3 @@ class Store(Protocol):
                session_ids: Iterable[str] | None = None) -> Iterator[bytes]: ...
     def import_(self, lines: Iterable[bytes | str], *, tenant: str | None = None) -> int: ...
     def close(self) -> None: ...
-
-
-class AppendTxn(Protocol):
-    """What an append needs from a backend inside one transaction on one session.
-
-    The backend holds the session locked (or watched, for Redis) while the
-    engine's function runs; ``write`` is called at most once.
-    """
-
-    session: Session | None
-
-    def existing(self, ids: Sequence[str]) -> dict[str, int]:
-        """Of ``ids``, those stored in this session: id -> version of their append."""
-
-    def calls(self, call_ids: Sequence[str]) -> dict[str, int]:
-        """Of ``call_ids``, those made by this session's own messages: id -> position."""
-
-    def write(self, rows: list[Row], calls: dict[str, int], clear: tuple[int, int] | None,
-              session: Session, assets: dict[str, tuple[bytes, str]]) -> None:
-        """Store ``rows`` and ``calls``, clear the group-start flag of own rows at
-        positions in ``clear`` (``[lo, hi)``), save ``session``, keep ``assets``
-        (sha256 -> (bytes, media type)) and reference them from this session."""

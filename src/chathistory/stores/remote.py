@@ -45,7 +45,7 @@ from ..model import Attachment, KVStatus, Message
 from ..model.codec import strip_part
 from ..tokens import TokenCounter, get_counter
 from .aio import AsyncStoreAdapter
-from .engine import _validated
+from .checks import validated
 from .model import Page, Session
 
 try:
@@ -278,7 +278,7 @@ class RemoteStore:
                tenant: str | None = None, expected_version: int | None = None,
                state: dict[str, Any] | None = None, reject_orphans: bool = False) -> int:
         # the same checks as every store (the server repeats them): one helper for both
-        batch = [self._uploaded(m, tenant) for m in _validated(messages)]
+        batch = [self._uploaded(m, tenant) for m in validated(messages)]
         body: dict[str, Any] = {"messages": batch}
         if state is not None:
             body["state"] = state

@@ -1,0 +1,349 @@
+"""The lifecycle of sessions and their messages: changes, branches, retention.
+
+``Lifecycle`` adds to the engine what changes or ends stored history: ``pop``,
+``clear``, ``mark``; ``fork``, ``edit``, ``lineage``; ``delete_session``, ``erase``,
+``purge_expired``; and the reuse of an expired session's id. A fork shares its
+parent's rows, so a change that would alter what a live fork sees is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+import msgspec
+
+from ..errors import Conflict, InvalidMessage, NotFound
+from ..model import KVStatus, Message, new_id
+from .checks import check_id
+from .engine import Engine
+from .errors import translate_store_error
+from .model import DEFAULT_TENANT, MESSAGE_DECODER, Session, utcnow
+
+__all__ = ["Lifecycle"]
+
+log = logging.getLogger("chathistory.stores")
+
+
+class Lifecycle(Engine):
+    """Changes, branches and retention; ``Transfer`` (``transfer.py``) builds on it."""
+
+    # ================================================================ sessions
+
+    def create_session(self, session_id: str | None = None, *, tenant: str = DEFAULT_TENANT,
+                       user: str | None = None, metadata: dict[str, Any] | None = None,
+                       state: dict[str, Any] | None = None,
+                       ttl: timedelta | float | None = None) -> Session:
+        """A new empty session; ``Conflict`` when the id is taken in this tenant by a
+        session that has not expired (an expired one, purged or not, is replaced)."""
+        try:
+            return super().create_session(session_id, tenant=tenant, user=user,
+                                          metadata=metadata, state=state, ttl=ttl)
+        except Conflict:
+            if session_id is None or not self._drop_expired(tenant, session_id):
+                raise
+        return super().create_session(session_id, tenant=tenant, user=user,
+                                      metadata=metadata, state=state, ttl=ttl)
+
+    def _insert_fresh(self, session: Session) -> None:
+        """``_b_insert_session``, replacing an expired session of the same id."""
+        try:
+            self._b_insert_session(session)
+        except Conflict:
+            if not self._drop_expired(session.tenant, session.id):
+                raise
+            self._b_insert_session(session)  # Conflict again: another create won the id
+
+    def _drop_expired(self, tenant: str, session_id: str) -> bool:
+        """Delete the session (and its forks, as a purge would) if it has expired;
+        False if it is live. An expired session is gone for every route, so its id
+        is free: the caller inserts again. Whoever bumps its version first deletes it,
+        so two creates racing for the id do not both delete."""
+        found = self._b_get_session(tenant, session_id)
+        if found is None:
+            return True  # purged meanwhile
+        if not found.is_expired(self.now()):
+            return False
+        if self._b_save_session(msgspec.structs.replace(found, version=found.version + 1),
+                                found.version):
+            self._delete_tree(tenant, session_id)
+            self._b_gc_assets(tenant)
+        return True
+
+    def _live_children(self, session: Session) -> list[Session]:
+        """Sessions forked from this one that have not expired (never itself: parent
+        links that loop were stored by imports of 0.1)."""
+        now = self.now()
+        return [c for c in self._b_children(session.tenant, session.id)
+                if c.id != session.id and not c.is_expired(now)]
+
+    # ================================================================ changing
+
+    def pop(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
+            expected_version: int | None = None) -> Message | None:
+        """Remove and return the newest message (None when empty)."""
+        for _ in range(100):
+            session = self.get_session(session_id, tenant=tenant)
+            if expected_version is not None and session.version != expected_version:
+                raise Conflict(f"session {session_id!r} is at version {session.version}, "
+                               f"not {expected_version}")
+            n = session.message_count
+            if n == 0:
+                return None
+            self._refuse_if_shared(session, n - 1)
+            rows = self._read(session, max(0, n - 2), n)
+            last = rows[-1]
+            before = rows[-2] if len(rows) == 2 else None
+            ends_reasoning = False
+            if before is not None:
+                from ..groups import is_reasoning_only
+
+                ends_reasoning = is_reasoning_only(MESSAGE_DECODER.decode(before.data))
+            own = session.parent_id is None or last.seq >= session.fork_seq
+            joined = [[lo, min(hi, n - 1)] for lo, hi in session.joined if lo < n - 1]
+            restore: list[int] = []
+            if not last.cut_ok:  # the popped message may have held a group together
+                restore, joined = self._regroup_before_pop(session, n, joined)
+            updated = msgspec.structs.replace(
+                session, version=session.version + 1, updated_at=utcnow(),
+                message_count=n - 1, token_count=last.cum_before,
+                ends_reasoning_only=ends_reasoning,
+                fork_seq=session.fork_seq if own else n - 1, joined=joined)
+            if self._b_truncate(tenant, session_id, last.seq if own else n, updated,
+                                session.version, restore):
+                return self._decode([last])[0]
+        raise Conflict(f"session {session_id!r} kept changing; try again")
+
+    def _regroup_before_pop(self, session: Session, n: int, joined: list[list[int]]
+                            ) -> tuple[list[int], list[list[int]]]:
+        """The group boundaries that popping message ``n - 1`` opens again (a result
+        gone no longer holds its call's group together): own positions whose stored
+        flag is restored, and the joined ranges without the inherited ones."""
+        from ..groups import Groups
+
+        group = self._group_of(session, n - 1)
+        start = group[0]
+        rows = self._read(session, start, n - 1)
+        groups = Groups.of(MESSAGE_DECODER.decode(r.data) for r in rows)
+        opened = [r.seq for k, r in enumerate(rows) if not r.cut_ok and groups.starts_group(k)]
+        own_from = session.fork_seq if session.parent_id is not None else 0
+        restore = [seq for seq in opened if seq >= own_from]
+        inherited = {seq for seq in opened if seq < own_from}
+        if inherited:
+            pieces: list[list[int]] = []
+            for lo, hi in joined:  # cut the reopened positions out of the ranges
+                a = lo
+                for seq in sorted(x for x in inherited if lo <= x < hi):
+                    if a < seq:
+                        pieces.append([a, seq])
+                    a = seq + 1
+                if a < hi:
+                    pieces.append([a, hi])
+            joined = pieces
+        return restore, joined
+
+    def clear(self, session_id: str, *, tenant: str = DEFAULT_TENANT) -> int:
+        """Remove every message; returns the new version."""
+        for _ in range(100):
+            session = self.get_session(session_id, tenant=tenant)
+            self._refuse_if_shared(session, 0)
+            updated = msgspec.structs.replace(
+                session, version=session.version + 1, updated_at=utcnow(), message_count=0,
+                token_count=0, ends_reasoning_only=False, fork_seq=0, joined=[])
+            if self._b_truncate(tenant, session_id, 0, updated, session.version):
+                self._b_gc_assets(tenant)
+                return updated.version
+        raise Conflict(f"session {session_id!r} kept changing; try again")
+
+    def _refuse_if_shared(self, session: Session, seq: int) -> None:
+        for child in self._live_children(session):
+            if child.fork_seq > seq:
+                raise Conflict(f"fork {child.id!r} shares message {seq} of session "
+                               f"{session.id!r}; change the fork instead")
+
+    def mark(self, session_id: str, message_ids: Iterable[str], status: KVStatus, *,
+             tenant: str = DEFAULT_TENANT) -> int:
+        """Set the KV status of messages, widened to their whole groups (so a read
+        never splits a call from its results); returns how many changed."""
+        status = KVStatus(status)
+        session = self.get_session(session_id, tenant=tenant)
+        seqs: set[int] = set()
+        for mid in message_ids:
+            row = self._find_row(session, mid)
+            if row is None:
+                raise NotFound(f"no message {mid!r} in session {session_id!r}")
+            seqs.update(self._group_of(session, row.seq))
+        own = sorted(s for s in seqs if session.parent_id is None or s >= session.fork_seq)
+        inherited = sorted(seqs.difference(own))
+        self._b_set_status(tenant, session_id, own, int(status), inherited)
+        return len(seqs)
+
+    def _group_of(self, session: Session, seq: int) -> list[int]:
+        lo, hi = max(0, seq - 64), min(session.message_count, seq + 65)
+        while True:
+            rows = self._read(session, lo, hi)
+            i = seq - lo
+            a, b = i, i + 1
+            while a > 0 and not rows[a].cut_ok:
+                a -= 1
+            while b < len(rows) and not rows[b].cut_ok:
+                b += 1
+            start_found = lo == 0 or rows[a].cut_ok
+            end_found = b < len(rows) or hi == session.message_count
+            if start_found and end_found:
+                return [r.seq for r in rows[a:b]]
+            lo, hi = max(0, lo - 256), min(session.message_count, hi + 256)
+
+    # ================================================================ branches
+
+    def fork(self, session_id: str, at_message_id: str | None = None, *,
+             tenant: str = DEFAULT_TENANT, new_session_id: str | None = None) -> Session:
+        """A new session sharing this one's messages up to and including
+        ``at_message_id`` (all of them by default), without copying them."""
+        session = self.get_session(session_id, tenant=tenant)
+        if at_message_id is None:
+            fork_seq = session.message_count
+        else:
+            row = self._find_row(session, at_message_id)
+            if row is None:
+                raise NotFound(f"no message {at_message_id!r} in session {session_id!r}")
+            fork_seq = row.seq + 1
+        return self._fork_at(session, fork_seq, new_session_id)
+
+    def _fork_at(self, session: Session, fork_seq: int, new_session_id: str | None) -> Session:
+        token_count, ends_reasoning = 0, False
+        if fork_seq:
+            last = self._read(session, fork_seq - 1, fork_seq)[0]
+            token_count = last.cum_before + last.tokens
+            from ..groups import is_reasoning_only
+
+            ends_reasoning = is_reasoning_only(MESSAGE_DECODER.decode(last.data))
+        sid = check_id(new_session_id or new_id(), "session_id")
+        if not 0 <= fork_seq <= session.message_count:
+            raise InvalidMessage(f"a fork of {session.id!r} starts at a position from 0 to "
+                                 f"{session.message_count}, not {fork_seq}", "$.fork_seq")
+        now = utcnow()
+        child = Session(
+            id=sid, tenant=session.tenant, user=session.user, metadata=dict(session.metadata),
+            state=dict(session.state), created_at=now, updated_at=now,
+            expires_at=session.expires_at, parent_id=session.id, fork_seq=fork_seq,
+            root_id=session.root_id or session.id, message_count=fork_seq,
+            token_count=token_count, ends_reasoning_only=ends_reasoning,
+            joined=[[lo, min(hi, fork_seq)] for lo, hi in session.joined if lo < fork_seq])
+        self._insert_fresh(child)
+        return child
+
+    def edit(self, session_id: str, message_id: str, message: Message, *,
+             tenant: str = DEFAULT_TENANT) -> Session:
+        """Editing an earlier message makes a branch: a fork that shares everything
+        before it and continues with ``message``. Returns the new session."""
+        message.validate()
+        session = self.get_session(session_id, tenant=tenant)
+        row = self._find_row(session, message_id)
+        if row is None:
+            raise NotFound(f"no message {message_id!r} in session {session_id!r}")
+        child = self._fork_at(session, row.seq, None)
+        self.append(child.id, [message], tenant=tenant)
+        return self.get_session(child.id, tenant=tenant)
+
+    def lineage(self, session_id: str, *, tenant: str = DEFAULT_TENANT) -> list[Session]:
+        """Every branch of this session's tree (the root and all forks), oldest first."""
+        session = self.get_session(session_id, tenant=tenant)
+        now = self.now()
+        tree = [s for s in self._b_tree(tenant, session.root_id or session.id)
+                if not s.is_expired(now)]
+        return sorted(tree, key=lambda s: (s.created_at, s.id))
+
+    # ================================================================ retention
+
+    def delete_session(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
+                       cascade: bool = False) -> None:
+        """Delete a session and its messages. Forks share its messages: deleting a
+        session that has forks needs ``cascade=True``, which deletes them too (at any
+        depth; expired forks go along either way)."""
+        session = self.get_session(session_id, tenant=tenant)
+        children = self._live_children(session)
+        if children and not cascade:
+            raise Conflict(f"session {session_id!r} has {len(children)} fork(s) sharing its "
+                           "messages; pass cascade=True to delete them too")
+        self._delete_tree(tenant, session_id)
+        self._b_gc_assets(tenant)
+
+    def erase(self, *, tenant: str, user: str | None = None) -> int:
+        """Delete every session (forks included), message and asset of a data
+        subject (``user``), or of the whole tenant; returns sessions deleted."""
+        deleted = 0
+        while True:
+            batch = self._b_list_sessions(tenant, None, 100, user)
+            if not batch:
+                break
+            for s in batch:
+                if self._b_get_session(tenant, s.id) is not None:
+                    deleted += self._delete_tree(tenant, s.id)
+        self._b_gc_assets(tenant)
+        return deleted
+
+    def _tree_below(self, tenant: str, session_id: str) -> list[str]:
+        """The session and every session forked from it at any depth, parents before
+        their forks, each once: a walk with a visited set, never a recursion, so a
+        deep tree or parent links that loop (stored by imports of 0.1) end."""
+        order, seen = [session_id], {session_id}
+        for sid in order:  # grows as it goes: breadth first
+            for child in self._b_children(tenant, sid):
+                if child.id not in seen:
+                    seen.add(child.id)
+                    order.append(child.id)
+        return order
+
+    def _delete_tree(self, tenant: str, session_id: str) -> int:
+        order = self._tree_below(tenant, session_id)
+        for sid in reversed(order):  # forks first: an interruption leaves no orphan fork
+            self._b_delete_session(tenant, sid)
+        return len(order)
+
+    def purge_expired(self, *, tenant: str | None = None) -> int:
+        """Delete sessions past their TTL by the store's clock (``now``), and their
+        forks; only ``tenant``'s when given. Returns how many were deleted.
+
+        One session's failure (data a bug or an older release left broken) is logged
+        (``chathistory.stores``, with its tenant and id), counted in the closing log
+        line and skipped: it never stops the purge of the others, nor another
+        tenant's. An error meaning the store cannot serve (``translate_store_error``)
+        stops it."""
+        now = self.now(fresh=True)
+        deleted = failed = 0
+        purged: set[str] = set()
+        for owner, sid in self._b_expired(now):
+            if tenant is not None and owner != tenant:
+                continue
+            try:
+                found = self._b_get_session(owner, sid)
+                if found is not None and found.is_expired(now):
+                    deleted += self._delete_tree(owner, sid)
+                    purged.add(owner)
+            except Exception as exc:
+                _tolerate(exc, "purge_expired: session %r of tenant %r could not be deleted; "
+                          "going on with the others", sid, owner)
+                failed += 1
+        for owner in sorted(purged):
+            try:
+                self._b_gc_assets(owner)
+            except Exception as exc:
+                _tolerate(exc, "purge_expired: the assets of tenant %r could not be "
+                          "collected; going on", owner)
+                failed += 1
+        if failed:
+            log.error("purge_expired: %d session(s) deleted, %d failure(s) (logged above)",
+                      deleted, failed)
+        return deleted
+
+
+def _tolerate(exc: Exception, message: str, *args: object) -> None:
+    """What ``purge_expired`` does with one step's failure (called in its ``except``):
+    an error meaning the store cannot serve (``translate_store_error``) is raised
+    again; any other is logged with ``message`` and the purge goes on."""
+    if translate_store_error(exc) is not None:
+        raise exc
+    log.exception(message, *args)

@@ -1,0 +1,193 @@
+"""The engine's first layer: the store's counter and clock, and sessions.
+
+``Sessions`` creates, reads, lists (cursors, search) and updates sessions on top of
+the backend primitives (``backend.py``); the helpers below it make and read the
+opaque cursors of ``list_sessions`` and match its search text.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, Literal, Self
+
+import msgspec
+
+from ..errors import Conflict, NotFound
+from ..model import new_id
+from ..tokens import TokenCounter, get_counter
+from .backend import Backend, recent_key
+from .checks import check_id, check_json, check_user, ttl_deadline
+from .clock import StoreClock
+from .model import DEFAULT_TENANT, Page, Session, utcnow
+
+__all__ = ["Sessions"]
+
+
+class Sessions(Backend):
+    """The counter, the clock and the sessions; ``Reads`` (``reads.py``) builds on it."""
+
+    def __init__(self, counter: str | TokenCounter | None = None) -> None:
+        self.counter: TokenCounter = get_counter(counter)
+        self._clock = StoreClock(self._b_clock)
+
+    def now(self, *, fresh: bool = False) -> datetime:
+        """The current time by the store's clock, which judges every TTL (``clock.py``):
+        PostgreSQL's ``now()``, Redis's ``TIME``; this machine's for SQLite and memory."""
+        return self._clock.now(fresh=fresh)
+
+    def close(self) -> None:
+        """Release connections."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ================================================================ sessions
+
+    def create_session(self, session_id: str | None = None, *, tenant: str = DEFAULT_TENANT,
+                       user: str | None = None, metadata: dict[str, Any] | None = None,
+                       state: dict[str, Any] | None = None,
+                       ttl: timedelta | float | None = None) -> Session:
+        """A new empty session; ``Conflict`` when the id is taken in this tenant."""
+        sid = check_id(session_id or new_id(), "session_id")
+        check_id(tenant, "tenant")
+        check_user(user)
+        now = utcnow()
+        session = Session(id=sid, tenant=tenant, user=user, metadata=dict(metadata or {}),
+                          state=dict(state or {}), created_at=now, updated_at=now,
+                          expires_at=ttl_deadline(ttl, self.now()), root_id=sid)
+        check_json(session.metadata, "metadata")
+        check_json(session.state, "state")
+        self._b_insert_session(session)
+        return session
+
+    def get_session(self, session_id: str, *, tenant: str = DEFAULT_TENANT) -> Session:
+        """The session; ``NotFound`` when unknown or expired."""
+        session = self._b_get_session(tenant, session_id)
+        if session is None or session.is_expired(self.now()):
+            raise NotFound(f"no session {session_id!r}")
+        return session
+
+    def list_sessions(self, *, tenant: str = DEFAULT_TENANT, user: str | None = None,
+                      metadata: Mapping[str, Any] | None = None, limit: int = 50,
+                      cursor: str | None = None, order: Literal["created", "recent"] = "created",
+                      query: str | None = None) -> Page[Session]:
+        """Sessions ``limit`` at a time; pass ``next_cursor`` for more (a cursor is only
+        good for the ``order`` that made it: another raises ``ValueError``).
+
+        ``order="created"``: oldest created first; ``"recent"``: last changed
+        (``updated_at``) first, ties by id descending. ``metadata`` keeps sessions
+        whose metadata has those keys with those values. ``query`` keeps sessions
+        whose id, a metadata value (as JSON text) or the stored JSON of one of their
+        own messages contains it, ASCII letters case-insensitively (a fork is found
+        by its own messages; a match in a shared prefix lists the session that owns it).
+        """
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        if order not in ("created", "recent"):
+            raise ValueError(f"order must be 'created' or 'recent', not {order!r}")
+        recent = order == "recent"
+        after = _parse_cursor(cursor, order)
+        needle = _Needle(query) if query else None
+        size = limit if needle is None else max(limit, 100)  # a search reads larger batches
+        out: list[Session] = []
+        now = self.now()
+        while True:
+            batch = self._b_list_sessions(tenant, after, size, user, recent=recent)
+            kept = [s for s in batch if not s.is_expired(now) and (
+                not metadata or all(s.metadata.get(k) == v for k, v in metadata.items()))]
+            if needle is not None and kept:
+                found = {s.id for s in kept if needle.in_session(s)}
+                rest = [s.id for s in kept if s.id not in found]
+                if rest:
+                    found |= self._b_matching(tenant, rest, needle.json)
+                kept = [s for s in kept if s.id in found]
+            for s in kept:
+                out.append(s)
+                if len(out) == limit:
+                    return Page(items=out, next_cursor=_make_cursor(order, s))
+            if len(batch) < size:
+                return Page(items=out, next_cursor=None)
+            after = _order_key(batch[-1], recent)
+
+    def update_session(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
+                       metadata: dict[str, Any] | None = None,
+                       state: dict[str, Any] | None = None,
+                       ttl: timedelta | float | None = None,
+                       expected_version: int | None = None) -> Session:
+        """Replace metadata and/or state (whole dicts) or the TTL; bumps the version."""
+        if metadata is not None:
+            check_json(metadata, "metadata")
+        if state is not None:
+            check_json(state, "state")
+        for _ in range(100):
+            current = self.get_session(session_id, tenant=tenant)
+            if expected_version is not None and current.version != expected_version:
+                raise Conflict(f"session {session_id!r} is at version {current.version}, "
+                               f"not {expected_version}")
+            changes: dict[str, Any] = {"version": current.version + 1, "updated_at": utcnow()}
+            if metadata is not None:
+                changes["metadata"] = dict(metadata)
+            if state is not None:
+                changes["state"] = dict(state)
+            if ttl is not None:
+                changes["expires_at"] = ttl_deadline(ttl, self.now())
+            updated = msgspec.structs.replace(current, **changes)
+            if self._b_save_session(updated, current.version):
+                return updated
+        raise Conflict(f"session {session_id!r} kept changing; try again")
+
+
+def _order_key(session: Session, recent: bool) -> tuple[str, str]:
+    if recent:
+        return recent_key(session), session.id
+    return session.created_at.isoformat(), session.id
+
+
+_cursor_decoder = msgspec.json.Decoder(tuple[str, str, str])
+
+
+def _make_cursor(order: str, session: Session) -> str:
+    """An opaque cursor: base64url of ``[order, key, id]``."""
+    key, sid = _order_key(session, order == "recent")
+    return base64.urlsafe_b64encode(msgspec.json.encode((order, key, sid))).decode().rstrip("=")
+
+
+def _parse_cursor(cursor: str | None, order: str) -> tuple[str, str] | None:
+    if not cursor:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        made_for, key, sid = _cursor_decoder.decode(raw)
+    except (ValueError, msgspec.DecodeError):
+        created, sep, sid = cursor.partition("|")
+        if sep and created[:1].isdigit():  # the cursor of older releases: created order
+            made_for, key = "created", created
+        else:
+            raise ValueError(f"bad cursor {cursor!r}") from None
+    if made_for != order:
+        raise ValueError(f"this cursor is for order={made_for}, not order={order}")
+    return key, sid
+
+
+class _Needle:
+    """A search text: the raw bytes (matched against ids) and the JSON string body
+    (matched against stored JSON), ASCII-lowercased like SQL ``LIKE``."""
+
+    __slots__ = ("json", "raw", "raw_json")
+
+    def __init__(self, query: str) -> None:
+        if not isinstance(query, str):
+            raise ValueError("query must be a string")
+        self.json = msgspec.json.encode(query)[1:-1].decode()
+        self.raw = query.encode().lower()  # bytes.lower(): ASCII letters only
+        self.raw_json = self.json.encode().lower()
+
+    def in_session(self, session: Session) -> bool:
+        return self.raw in session.id.encode().lower() or any(
+            self.raw_json in msgspec.json.encode(v).lower() for v in session.metadata.values())
+

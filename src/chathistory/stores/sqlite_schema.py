@@ -1,0 +1,121 @@
+"""The SQLite schema: its named steps (``MIGRATIONS``), oldest first.
+
+``SQLiteStore`` applies the steps a file has not had, each in one transaction
+together with its record in the ``migrations`` table (simonw/sqlite-utils style);
+``chathistory migrate`` lists them. Append new steps; never edit a released one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+from .backend import recent_key
+from .model import SESSION_DECODER
+from .regroup import regroup_spans
+
+__all__ = ["MIGRATIONS"]
+
+
+def _backfill_updated_at(conn: sqlite3.Connection) -> None:
+    """Fill the new ``updated_at`` column from each session's payload, in key order,
+    a batch at a time (in Python: the exact text ``recent_key`` writes)."""
+    after: tuple[str, str] = ("", "")
+    while True:
+        batch = conn.execute("SELECT tenant, id, payload FROM sessions WHERE (tenant, id) > "
+                             "(?, ?) ORDER BY tenant, id LIMIT 1000", after).fetchall()
+        if not batch:
+            return
+        conn.executemany("UPDATE sessions SET updated_at = ? WHERE tenant = ? AND id = ?",
+                         [(recent_key(SESSION_DECODER.decode(payload)), tenant, sid)
+                          for tenant, sid, payload in batch])
+        after = (batch[-1][0], batch[-1][1])
+
+
+def _regroup(conn: sqlite3.Connection) -> None:
+    """Clear the group-start flags that a batch append of earlier releases left set
+    (a result joined the batch's earlier messages to its call only in memory)."""
+    sessions = {(tenant, sid): SESSION_DECODER.decode(payload) for tenant, sid, payload
+                in conn.execute("SELECT tenant, id, payload FROM sessions")}
+
+    def rows_of(key: tuple[str, str]) -> list[tuple[int, bytes]]:
+        return [(seq, bytes(data)) for seq, data in conn.execute(
+            "SELECT seq, data FROM messages WHERE tenant = ? AND session_id = ? "
+            "AND instr(data, ?) > 0 ORDER BY seq", (*key, b'"tool_result"'))]
+
+    def calls_of(key: tuple[str, str]) -> dict[str, int]:
+        return dict(conn.execute("SELECT call_id, seq FROM calls WHERE tenant = ? "
+                                 "AND session_id = ?", key).fetchall())
+
+    for key, lo, hi in regroup_spans(sessions, rows_of, calls_of):
+        conn.execute("UPDATE messages SET cut_ok = 0 WHERE tenant = ? AND session_id = ? "
+                     "AND seq >= ? AND seq <= ? AND cut_ok", (*key, lo, hi))
+
+
+MIGRATIONS: list[tuple[str, tuple[str | Callable[[sqlite3.Connection], None], ...]]] = [
+    ("m001_initial", (
+        # The whole Session as JSON text (json_extract works on it); the columns
+        # beside it exist to be searched, and `version` for compare-and-set.
+        """CREATE TABLE sessions (
+            tenant TEXT NOT NULL, id TEXT NOT NULL, version INTEGER NOT NULL,
+            created_at TEXT NOT NULL, user TEXT, parent_id TEXT, root_id TEXT NOT NULL,
+            expires_at TEXT, payload TEXT NOT NULL,
+            PRIMARY KEY (tenant, id)) WITHOUT ROWID""",
+        "CREATE INDEX sessions_by_created ON sessions (tenant, created_at, id)",
+        "CREATE INDEX sessions_by_user ON sessions (tenant, user, created_at, id)",
+        "CREATE INDEX sessions_by_parent ON sessions (tenant, parent_id) "
+        "WHERE parent_id IS NOT NULL",
+        "CREATE INDEX sessions_by_root ON sessions (tenant, root_id)",
+        "CREATE INDEX sessions_by_expiry ON sessions (expires_at) WHERE expires_at IS NOT NULL",
+        # Clustered on the position: a range of a session is one contiguous
+        # b-tree range. `cum_before` (tokens before the row) grows with `seq`,
+        # so it needs no index of its own (one b-tree fewer written per append:
+        # about a third of an append's cost); see SEQ_AT_CUM.
+        # `data` last: the small columns stay on the b-tree page when a large
+        # message spills into overflow pages.
+        """CREATE TABLE messages (
+            tenant TEXT NOT NULL, session_id TEXT NOT NULL, seq INTEGER NOT NULL,
+            id TEXT NOT NULL, role TEXT NOT NULL, tokens INTEGER NOT NULL,
+            cum_before INTEGER NOT NULL, cut_ok INTEGER NOT NULL, orphan INTEGER NOT NULL,
+            status INTEGER NOT NULL, version INTEGER NOT NULL, data BLOB NOT NULL,
+            PRIMARY KEY (tenant, session_id, seq),
+            FOREIGN KEY (tenant, session_id) REFERENCES sessions (tenant, id)
+                ON DELETE CASCADE) WITHOUT ROWID""",
+        "CREATE UNIQUE INDEX messages_by_id ON messages (tenant, session_id, id)",
+        "CREATE INDEX messages_kept ON messages (tenant, session_id, seq) "
+        "WHERE role IN ('system', 'developer')",
+        """CREATE TABLE calls (
+            tenant TEXT NOT NULL, session_id TEXT NOT NULL, call_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            PRIMARY KEY (tenant, session_id, call_id),
+            FOREIGN KEY (tenant, session_id) REFERENCES sessions (tenant, id)
+                ON DELETE CASCADE) WITHOUT ROWID""",
+        "CREATE INDEX calls_by_seq ON calls (tenant, session_id, seq)",
+        """CREATE TABLE status_overrides (
+            tenant TEXT NOT NULL, session_id TEXT NOT NULL, seq INTEGER NOT NULL,
+            status INTEGER NOT NULL,
+            PRIMARY KEY (tenant, session_id, seq),
+            FOREIGN KEY (tenant, session_id) REFERENCES sessions (tenant, id)
+                ON DELETE CASCADE) WITHOUT ROWID""",
+        """CREATE TABLE assets (
+            tenant TEXT NOT NULL, sha256 TEXT NOT NULL, mime_type TEXT NOT NULL,
+            data BLOB NOT NULL,
+            PRIMARY KEY (tenant, sha256))""",
+        """CREATE TABLE asset_refs (
+            tenant TEXT NOT NULL, sha256 TEXT NOT NULL, session_id TEXT NOT NULL,
+            PRIMARY KEY (tenant, sha256, session_id),
+            FOREIGN KEY (tenant, session_id) REFERENCES sessions (tenant, id)
+                ON DELETE CASCADE) WITHOUT ROWID""",
+        "CREATE INDEX asset_refs_by_session ON asset_refs (tenant, session_id)",
+    )),
+    ("m002_updated_at", (
+        # order="recent": updated_at as recent_key() text, kept in step on every save
+        "ALTER TABLE sessions ADD COLUMN updated_at TEXT NOT NULL DEFAULT ''",
+        _backfill_updated_at,
+        "CREATE INDEX sessions_by_updated ON sessions (tenant, updated_at, id)",
+    )),
+    # parallel calls stored as consecutive messages in one batch are one group
+    ("m003_regroup", (_regroup,)),
+]
+"""Named schema steps, oldest first: SQL statements, or functions given the connection
+(inside the step's transaction). Append new ones; never edit a released one."""
