@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib.util
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -368,3 +369,113 @@ def test_provider_session_state_of_a_type_is_saved_as_json(store: BaseStore) -> 
 def test_provider_session_state_needs_a_key() -> None:
     with pytest.raises(ValueError, match="state_key"):
         ProviderSessionState(lambda s: {}, state_key="")
+
+
+# ---------------------------------------------------------------- after_run's writes
+
+
+class Crash(BaseException):
+    """The process dying right there (nothing after it runs)."""
+
+
+class DiesBeforeMarking:
+    """``store`` whose first ``mark`` never happens: the process dies between
+    ``after_run``'s two writes (the turn's append, then the marks)."""
+
+    def __init__(self, store: BaseStore) -> None:
+        self.store = store
+        self.died = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    def mark(self, *args: object, **kwargs: object) -> int:
+        if not self.died:
+            self.died = True
+            raise Crash
+        return self.store.mark(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_crash_between_the_two_writes_leaves_the_marks_late_not_lost(store: BaseStore
+                                                                        ) -> None:
+    """As after_run's docstring says: the turn is stored with its state, the evicted
+    messages are left unmarked, and the next before_run marks them before it reads:
+    its prompt and every message's status are what they would have been."""
+    def statuses(session: Session) -> list[tuple[str, KVStatus]]:
+        return [(m.text, m.kv_status) for m in store.range(session.id)]
+
+    def window() -> ContextWindow:
+        return ContextWindow(60, counter=APPROX, pin_tokens=0)
+
+    dying = DiesBeforeMarking(store)
+    provider = HistoryProvider(dying, policy=window())  # type: ignore[arg-type]
+    twin = HistoryProvider(store, policy=window())
+    session, reference = provider.new_session(), twin.new_session()
+    for i in range(30):
+        run_turn(twin, reference, i)
+        try:
+            run_turn(provider, session, i)
+        except Crash:
+            break
+    else:
+        pytest.fail("the window never evicted anything")
+    session = store.get_session(session.id)  # a new process: what the store kept
+    unmarked = session.state[provider.key]["unmarked"]
+    assert unmarked and statuses(session) != statuses(reference)
+    assert [t for t, _ in statuses(session)] == [t for t, _ in statuses(reference)]
+    assert all(m.kv_status == KVStatus.LOADED for m in store.range(session.id)
+               if m.id in unmarked)  # the second write never happened
+    restarted = HistoryProvider(store, policy=window())
+    prompt = restarted.before_run(session, [Message.user("next")])
+    expected = twin.before_run(reference, [Message.user("next")])
+    assert [m.text for m in prompt] == [m.text for m in expected]
+    assert statuses(session) == statuses(reference)  # marked, one turn late
+    restarted.after_run(session, prompt, [Message.assistant("done")])
+    twin.after_run(reference, expected, [Message.assistant("done")])
+    assert statuses(session) == statuses(reference)
+    assert [m.text for m in restarted.before_run(session, [Message.user("more")])] == \
+        [m.text for m in twin.before_run(reference, [Message.user("more")])]
+
+
+def test_a_turn_with_nothing_to_store_still_writes_the_state(store: BaseStore) -> None:
+    provider = HistoryProvider(store, store_filter=lambda m: False)
+    turns = ProviderSessionState(lambda s: {"turns": 0}, state_key="turns")
+    session = provider.new_session()
+    turns.save_state(session, {"turns": 1})
+    prompt = provider.before_run(session, [Message.user("not kept")])
+    version = provider.after_run(session, prompt, [Message.assistant("nor this")])
+    kept = store.get_session(session.id)
+    assert kept.state["turns"] == {"turns": 1} and version == kept.version == session.version
+    assert store.range(session.id) == []
+
+
+def test_the_async_twins_run_in_the_dispatch(store: BaseStore) -> None:
+    from chathistory.dispatch import Dispatch
+    from chathistory.stores.aio import AsyncStoreAdapter
+
+    seen: list[str] = []
+
+    class Watching(HistoryProvider):
+        def provide_chat_history(self, session: Session) -> list[Message]:
+            seen.append(threading.current_thread().name)
+            return super().provide_chat_history(session)
+
+        def store_chat_history(self, session: Session, messages: Sequence[Message]) -> None:
+            seen.append(threading.current_thread().name)
+            super().store_chat_history(session, messages)
+
+    dispatch = Dispatch(threads=2, name="provider-test")
+    over_store = Watching(AsyncStoreAdapter(store, dispatch=dispatch))
+    in_state = Watching()
+
+    async def run(provider: HistoryProvider) -> list[str]:
+        session = provider.new_session()
+        prompt = await provider.abefore_run(session, [Message.user("a")])
+        await provider.aafter_run(session, prompt, [Message.assistant("b")])
+        return [m.text for m in await provider.aget_messages(session)]
+
+    assert asyncio.run(run(over_store)) == ["a", "b"] == asyncio.run(run(in_state))
+    assert len(seen) == 6
+    assert all(n.startswith("provider-test") for n in seen[:3])  # the adapter's dispatch
+    assert all(n.startswith("chathistory-dispatch") for n in seen[3:])  # the default one
+    dispatch.shutdown()
