@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import traceback
 
 import pytest
 
@@ -68,6 +69,37 @@ def test_the_circuit_answers_at_once_while_the_store_is_down_and_closes_on_succe
 
     asyncio.run(main())
     assert recovered == [True]  # the store's recover() ran once, when it opened
+    work.shutdown()
+
+
+def test_a_refused_call_says_nothing_of_the_store() -> None:
+    """A call refused for its tenant's share never reached the store: it neither closes
+    an open circuit (as a probe that got through would) nor opens one."""
+    work = Work(threads=2, per_tenant=1, queue=0)
+    health = StoreHealth(probe_every=0.05)
+    release = threading.Event()
+
+    def refused() -> None:
+        raise ConnectionRefusedError("connection refused")
+
+    async def main() -> None:
+        with pytest.raises(StoreUnavailable):
+            await store_call(work, health, refused)
+        hog = asyncio.ensure_future(work.run_as("(unauthenticated)", release.wait, 5))
+        await asyncio.sleep(0.1)  # the tenant's one place is taken; a probe is due
+        with pytest.raises(HTTPError) as busy:
+            await store_call(work, health, sum, [1])
+        assert busy.value.status == 429 and health.down is not None  # still open
+        for _ in range(50):  # answered from the circuit: its traceback does not grow
+            with pytest.raises(StoreUnavailable) as down:
+                await store_call(work, health, sum, [1])
+        assert len(traceback.extract_tb(down.value.__traceback__)) < 10
+        release.set()
+        await hog
+        await asyncio.sleep(0.06)
+        assert await store_call(work, health, sum, [1]) == 1 and health.down is None
+
+    asyncio.run(main())
     work.shutdown()
 
 
