@@ -1,27 +1,63 @@
-"""The public surface is pinned: what `from chathistory import *` gives."""
+"""The public surface is pinned: what `from chathistory import *` gives, and where each
+name comes from."""
 
 from __future__ import annotations
 
+import importlib
+from importlib.metadata import version
+
 import chathistory
 
-EXPECTED = {
-    "Attachment", "AudioPart", "ChatHistoryError", "Conflict", "DuplicateMessage", "FilePart",
-    "History",
-    "ImagePart", "InvalidMessage", "KVStatus", "Message", "MissingDependency", "NotFound",
-    "Part", "Reasoning", "Role", "TextPart", "TokenCounter", "ToolCall", "ToolResult",
-    "__version__", "get_counter", "AsyncStore", "ContextWindow", "Session", "Store",
-    "open_async_store", "open_store", "HistoryProvider", "ProviderConflict",
-    "ProviderSessionState", "StorageFull", "StoreUnavailable",
+# name -> the module that defines it (the package re-exports it)
+HOMES = {
+    "AsyncStore": "chathistory.stores.aio",
+    "Attachment": "chathistory.model",
+    "AudioPart": "chathistory.model",
+    "ChatHistoryError": "chathistory.errors",
+    "Conflict": "chathistory.errors",
+    "ContextWindow": "chathistory.window",
+    "DuplicateMessage": "chathistory.errors",
+    "FilePart": "chathistory.model",
+    "History": "chathistory.history",
+    "HistoryProvider": "chathistory.provider",
+    "ImagePart": "chathistory.model",
+    "InvalidMessage": "chathistory.errors",
+    "KVStatus": "chathistory.model",
+    "Message": "chathistory.model",
+    "MissingDependency": "chathistory.errors",
+    "NotFound": "chathistory.errors",
+    "Part": "chathistory.model",
+    "ProviderConflict": "chathistory.provider",
+    "ProviderSessionState": "chathistory.provider",
+    "Reasoning": "chathistory.model",
+    "Role": "chathistory.model",
+    "Session": "chathistory.stores",
+    "StorageFull": "chathistory.errors",
+    "Store": "chathistory.stores",
+    "StoreUnavailable": "chathistory.errors",
+    "TextPart": "chathistory.model",
+    "TokenCounter": "chathistory.tokens",
+    "ToolCall": "chathistory.model",
+    "ToolResult": "chathistory.model",
+    "get_counter": "chathistory.tokens",
+    "open_async_store": "chathistory.stores.aio",
+    "open_store": "chathistory.stores",
 }
+EXPECTED = sorted([*HOMES, "__version__"])
 
 
 def test_all_is_pinned() -> None:
-    assert set(chathistory.__all__) == EXPECTED
+    assert chathistory.__all__ == EXPECTED  # sorted, each name once
 
 
-def test_every_name_in_all_exists() -> None:
-    for name in chathistory.__all__:
-        assert getattr(chathistory, name) is not None, name
+def test_star_import_gives_exactly_all_each_from_its_home() -> None:
+    namespace: dict[str, object] = {}
+    exec("from chathistory import *", namespace)
+    del namespace["__builtins__"]
+    assert sorted(namespace) == EXPECTED
+    for name, home in HOMES.items():
+        assert namespace[name] is getattr(importlib.import_module(home), name), name
+    assert namespace["__version__"] == version("chathistory")
 
 
 def test_error_tree() -> None:

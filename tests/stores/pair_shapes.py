@@ -5,8 +5,11 @@ developer messages, and tool turns whose calls sit in one assistant message or i
 consecutive assistant messages one call each (what the OpenAI Agents SDK writes),
 optionally after a reasoning-only message, answered by results in any order, or
 by results that have not arrived yet (the last turn only), or sequential calls
-each answered before the next.  ``expected_*`` compute what a store read must
-return from the in-memory ``History`` of the same messages: the oracle.
+each answered before the next, or *late*: answered only after other messages
+(the user went on talking, another call came and went) that ``batches`` likes to
+end an append with, so that the result arrives in a later append than its call
+with the call not last in its append.  ``expected_*`` compute what a store read
+must return from the in-memory ``History`` of the same messages: the oracle.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ def _text_turn(kind: str, serial: int) -> list[Message]:
 def tool_turn(draw: st.DrawFn, serial: int, last: bool) -> list[Message]:
     calls = draw(st.integers(1, 3))
     ids = [f"c{serial}_{k}" for k in range(calls)]
-    layout = draw(st.sampled_from(["one", "split", "sequential"]))
+    layout = draw(st.sampled_from(["one", "split", "sequential", "late"]))
     out: list[Message] = []
     if draw(st.booleans()):
         out.append(Message(role="assistant", parts=[Reasoning(text=f"think {serial}")]))
@@ -48,12 +51,22 @@ def tool_turn(draw: st.DrawFn, serial: int, last: bool) -> list[Message]:
             if not (last and k == calls - 1 and draw(st.booleans())):
                 out.append(Message.tool_result(cid, f"result {cid}"))
         return out
-    if layout == "one":
+    if layout == "one" or (layout == "late" and draw(st.booleans())):
         out.append(Message(role="assistant", parts=[
             ToolCall(id=cid, name="f", arguments={"k": k}) for k, cid in enumerate(ids)]))
     else:
         out.extend(Message(role="assistant", parts=[ToolCall(id=cid, name="f", arguments={})])
                    for cid in ids)
+    if layout == "late":  # other messages before the results: they join the call's group
+        for k in range(draw(st.integers(1, 3))):
+            between = draw(st.sampled_from(["user", "assistant", "nested"]))
+            if between == "nested":  # another call, answered at once
+                nested = f"n{serial}_{k}"
+                out += [Message(role="assistant", parts=[ToolCall(id=nested, name="g",
+                                                                  arguments={})]),
+                        Message.tool_result(nested, f"result {nested}")]
+            else:
+                out += _text_turn(between, serial * 10 + k)
     answered = draw(st.permutations(ids))
     if last:  # results that have not arrived yet
         answered = answered[:draw(st.integers(0, calls))]
@@ -82,11 +95,28 @@ def conversations(draw: st.DrawFn, max_turns: int = 8) -> list[Message]:
     return out
 
 
+def late_results(messages: Sequence[Message]) -> list[int]:
+    """Positions of the messages carrying a result whose call is not the message just
+    before: an append that starts there must join earlier stored messages to the call
+    (the place a fork or a batch edge is worth putting)."""
+    call_at: dict[str, int] = {}
+    out: list[int] = []
+    for i, m in enumerate(messages):
+        if any(type(p) is ToolResult and call_at.get(p.call_id, i) < i - 1 for p in m.parts):
+            out.append(i)
+        call_at.update((p.id, i) for p in m.parts if type(p) is ToolCall)
+    return out
+
+
 @st.composite
 def batches(draw: st.DrawFn, messages: Sequence[Message]) -> list[list[Message]]:
-    """``messages`` split into consecutive append batches at random."""
-    cuts = sorted(draw(st.sets(st.integers(1, max(1, len(messages) - 1)), max_size=6)))
-    edges = [0, *[c for c in cuts if c < len(messages)], len(messages)]
+    """``messages`` split into consecutive append batches at random, often just before
+    a late result (so that it arrives in an append after its call's)."""
+    cuts = draw(st.sets(st.integers(1, max(1, len(messages) - 1)), max_size=6))
+    late = late_results(messages)
+    if late:
+        cuts |= draw(st.sets(st.sampled_from(late)))
+    edges = [0, *sorted(c for c in cuts if c < len(messages)), len(messages)]
     return [list(messages[a:b]) for a, b in itertools.pairwise(edges) if b > a]
 
 

@@ -183,7 +183,8 @@ def test_list_sessions_search(store: BaseStore) -> None:
     store.create_session("quote", metadata={"title": "Plans"})
     store.append("quote", [Message.user('He said "ship it" at the café'),
                            Message.assistant("line one\nline two, C:\\temp, 50% off, a_b")])
-    store.create_session("tool", metadata={"title": "Crème brûlée", "n": 12345})
+    store.create_session("tool", metadata={"title": "Crème brûlée", "n": 12345,
+                                           "seen": [True, None, 12345]})
     store.append("tool", [Message.user("weather?"),
                           Message.assistant("", [{"id": "c1", "name": "lookup",
                                                   "arguments": {"city": "Zürich"}}]),
@@ -211,7 +212,8 @@ def test_list_sessions_search(store: BaseStore) -> None:
     # the session id, and metadata values as JSON text
     assert _found(store, "invoice-20") == ["Invoice-2024"]
     assert _found(store, "PLANS") == ["quote"]
-    assert _found(store, "2345") == ["tool"]
+    # (a needle of digits alone could be in a random id or a timestamp: not this one)
+    assert _found(store, "TRUE,null,12345") == ["tool"]
     assert _found(store, '"Plans"') == []  # a JSON string's own quotes are not its text
     assert _found(store, "no such text") == []
     # with the other filters
@@ -419,6 +421,101 @@ def test_results_arriving_in_a_later_append(store: BaseStore) -> None:
     result = Message.tool_result("late", "done")
     store.append(s.id, [result])
     assert ids(store.tail(s.id, 1)) == [call.id, result.id]
+
+
+def _late_call() -> tuple[Message, Message, Message]:
+    """``user, assistant(call c1), user``: the call is not last in its append."""
+    return (Message.user("go"), Message.assistant("", [{"id": "c1", "name": "f"}]),
+            Message.user("while it runs: hurry"))
+
+
+def _check_late(store: BaseStore, session_id: str, msgs: list[Message]) -> None:
+    """``msgs`` end with the result of the call at position 1: every newest read takes
+    the call and everything after it, never the result without its call."""
+    history = History(msgs, counter=store.counter)
+    group = ids(msgs[1:])
+    for k in (1, 2, 3):
+        assert ids(store.tail(session_id, k)) == group == ids(history.recent(k)), k
+    assert ids(store.range(session_id, len(msgs) - 1)) == group  # widened back to the call
+    assert ids(store.range(session_id, 2, 3)) == group
+    assert ids(store.range(session_id, 0, 1)) == ids(msgs[:1])
+    budget = sum(cached_count(m, store.counter) for m in msgs[1:]) + 3
+    assert ids(store.window(session_id, budget)) == group == ids(history.by_tokens(budget))
+    assert store.window(session_id, budget - 1) == []  # not the result alone
+    assert ids(store.context(session_id, 0, 1)) == group
+    assert store.mark(session_id, [msgs[-1].id], KVStatus.MARKED) == len(group)
+    assert ids(store.tail(session_id, 10)) == ids(msgs[:1])
+    store.mark(session_id, [msgs[-1].id], KVStatus.LOADED)
+
+
+def test_late_result_after_further_messages(store: BaseStore) -> None:
+    """The result arrives in a later append than its call, which was not last in its
+    append: the result clears the group start of the messages stored after the call."""
+    s = store.create_session()
+    user, call, more = _late_call()
+    store.append(s.id, [user, call, more])
+    assert ids(store.tail(s.id, 1)) == [more.id]  # a pending call: boundaries after it
+    result = Message.tool_result("c1", "done")
+    store.append(s.id, [result])
+    _check_late(store, s.id, [user, call, more, result])
+    answer = Message.assistant("finished")
+    store.append(s.id, [answer])
+    assert ids(store.tail(s.id, 1)) == [answer.id]
+    assert ids(store.tail(s.id, 2)) == ids([call, more, result, answer])
+
+
+def test_late_result_in_a_fork(store: BaseStore) -> None:
+    """A fork made after the call and a later message receives the result: the fork
+    records the inherited range the result joined (the parent's rows are shared and
+    keep their flags), so the fork's reads take the call with it and the parent's do not."""
+    parent = store.create_session()
+    user, call, more = _late_call()
+    store.append(parent.id, [user, call, more])
+    fork = store.fork(parent.id, more.id)
+    result = Message.tool_result("c1", "done")
+    store.append(fork.id, [result])
+    _check_late(store, fork.id, [user, call, more, result])
+    assert ids(store.tail(parent.id, 1)) == [more.id]  # the parent never got the result
+    # a fork of the fork inherits the joined range, and records its own
+    child = store.fork(fork.id)
+    _check_late(store, child.id, [user, call, more, result])
+    twice = store.create_session()
+    store.append(twice.id, [user, call])
+    middle = store.fork(twice.id)
+    store.append(middle.id, [more])
+    last = store.fork(middle.id)
+    store.append(last.id, [result])  # joins a row of twice's and one of middle's
+    _check_late(store, last.id, [user, call, more, result])
+    assert ids(store.tail(middle.id, 1)) == [more.id]
+
+
+def test_one_id_twice_in_one_append(store: BaseStore) -> None:
+    """Idempotent by message id inside a batch too: a second message with an id the
+    batch already holds is dropped (the first copy is stored), as ``History.extend``
+    does; nothing is stored twice and the append is not refused."""
+    s = store.create_session()
+    first, other = Message.user("first copy"), Message.assistant("other")
+    copy = Message.user("second copy", id=first.id)
+    assert store.append(s.id, [first, other, copy, other]) == 1
+    history = History()
+    history.extend([first, other, copy, other])
+    assert ids(store.range(s.id)) == [first.id, other.id] == ids(history.messages)
+    assert [m.text for m in store.range(s.id)] == ["first copy", "other"]
+    assert store.count(s.id) == 2 and store.get(s.id, first.id).text == "first copy"
+    assert store.get_session(s.id).token_count == sum(
+        cached_count(m, store.counter) for m in (first, other))
+    assert store.append(s.id, [copy, copy]) == 1  # a retry of what is stored
+    fresh = Message.user("new")
+    assert store.append(s.id, [fresh, copy, fresh]) == 2  # stored ids and repeats dropped
+    assert ids(store.range(s.id)) == ids([first, other, fresh])
+    assert store.pop(s.id).id == fresh.id  # type: ignore[union-attr]
+    assert ids(store.range(s.id)) == ids([first, other])
+    fork = store.fork(s.id)
+    call = Message.assistant("", [{"id": "d1", "name": "f"}])
+    result = Message.tool_result("d1", "ok")
+    store.append(fork.id, [first, call, result, call, result, first])  # inherited + repeats
+    assert ids(store.range(fork.id)) == ids([first, other, call, result])
+    assert ids(store.tail(fork.id, 1)) == ids([call, result])
 
 
 def test_range_by_position(store: BaseStore) -> None:
@@ -754,10 +851,15 @@ def test_reads_equal_history_selectors(store: BaseStore, data: st.DataObject) ->
 @_PAIRS
 def test_fork_reads_equal_history_selectors(store: BaseStore, data: st.DataObject) -> None:
     """The same property for a fork: the fork point anywhere (inside a tool group
-    too), the fork's own messages appended in any batches, and the parent going on
+    too, often just before a result that answers a call made before other inherited
+    messages), the fork's own messages appended in any batches, and the parent going on
     with other messages; a mark in the fork takes whole groups of the fork's view."""
     msgs = data.draw(pair_shapes.conversations(), "messages")
-    at = data.draw(st.integers(1, len(msgs)), "fork after")
+    points = st.integers(1, len(msgs))
+    late = pair_shapes.late_results(msgs)
+    if late:  # often just before a late result: the fork's first append joins inherited rows
+        points = st.one_of(st.sampled_from(late), points)
+    at = data.draw(points, "fork after")
     parent = store.create_session()
     for batch in data.draw(pair_shapes.batches(msgs[:at]), "parent batches"):
         store.append(parent.id, batch)
