@@ -12,7 +12,7 @@ import msgspec
 import psycopg
 
 from ...model import KEPT_ROLES
-from ..engine import recent_key
+from ..backend import recent_key
 from ..model import SESSION_DECODER, Row, Session
 from .pool import refuse_nul
 from .schema import quote_schema

@@ -9,8 +9,8 @@ from typing import Any
 
 import psycopg
 
-from ..engine import regroup_spans
 from ..model import SESSION_DECODER
+from ..regroup import regroup_spans
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _PER_MESSAGE = ("messages", "message_ids", "calls")  # partitioned with partitions=N

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from ..engine import recent_key
+from ..backend import recent_key
 from ..model import Row, Session
 
 PREFIX_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

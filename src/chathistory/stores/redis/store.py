@@ -16,9 +16,10 @@ import msgspec
 from ...errors import Conflict, MissingDependency
 from ...model import KEPT_ROLES
 from ...tokens import TokenCounter
+from ..backend import recent_key
 from ..base import BaseStore
-from ..engine import recent_key, regroup_spans
 from ..model import SESSION_DECODER, Row, Session
+from ..regroup import regroup_spans
 from . import scripts
 from .keys import (
     PREFIX_PATTERN,
