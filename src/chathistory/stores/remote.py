@@ -589,7 +589,9 @@ class AsyncRemoteStore(AsyncStoreAdapter):
     """``RemoteStore`` as an ``AsyncStore`` (its calls run in worker threads)."""
 
     def __init__(self, base_url: str, api_key: str | None = None, **options: Any) -> None:
-        self.store: RemoteStore = RemoteStore(base_url, api_key, **options)
+        remote = RemoteStore(base_url, api_key, **options)
+        super().__init__(remote)
+        self.store: RemoteStore = remote
 
     @property
     def counter(self) -> TokenCounter:
