@@ -6,6 +6,13 @@ invalid input only) and the request's ``X-Request-ID``. A 404 says the same
 for "does not exist" and "belongs to another tenant": the store is keyed by
 tenant, so it cannot tell them apart either. An unexpected error answers 500
 with the request id only; its details go to the log.
+
+Only errors that say the client is at fault are 4xx: the library's own classes
+(``InvalidMessage``, ``NotFound``, ...) and ``HTTPError`` (``BadRequest``: a 400),
+raised where the request is read. A bare ``ValueError``, ``TypeError`` or
+``KeyError`` from a store or the library is a bug on this side, so a 500 (a
+library call that rejects a client's argument with ``ValueError`` is checked
+or translated by its route).
 """
 
 from __future__ import annotations
@@ -24,8 +31,8 @@ from ..errors import (
 )
 from ..window import ContextOverflow
 
-__all__ = ["STATUS", "HTTPError", "PreconditionFailed", "error_body", "error_headers",
-           "status_of"]
+__all__ = ["STATUS", "BadRequest", "HTTPError", "PreconditionFailed", "error_body",
+           "error_headers", "status_of"]
 
 
 class HTTPError(ChatHistoryError):
@@ -36,6 +43,14 @@ class HTTPError(ChatHistoryError):
         super().__init__(message)
         self.status, self.type, self.message = status, type, message
         self.headers = headers or {}
+
+
+class BadRequest(HTTPError):
+    """400 ``bad_request``: a query parameter, a combination of them or a body field
+    the route refuses (a wrong field of a JSON body is ``InvalidMessage``, 422)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(400, "bad_request", message)
 
 
 class PreconditionFailed(Conflict):
@@ -53,9 +68,8 @@ STATUS: list[tuple[type[BaseException], int, str]] = [
     (MissingDependency, 501, "not_available"),
     (StorageFull, 507, "storage_full"),
     (StoreUnavailable, 503, "store_unavailable"),
-    (ValueError, 400, "bad_request"),
 ]
-"""Error class -> (status, type). Anything not listed is a 500."""
+"""Error class -> (status, type). Anything not listed (``ValueError`` too) is a 500."""
 
 
 def status_of(exc: BaseException) -> tuple[int, str]:

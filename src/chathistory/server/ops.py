@@ -19,7 +19,7 @@ from ..stores.base import Store
 from ..stores.model import utcnow
 from ..tokens import TokenCounter, get_counter
 from ..window import ContextWindow, WindowPlan
-from .errors import PreconditionFailed
+from .errors import BadRequest, PreconditionFailed
 from .schema import ReduceBody, ReduceOut, WindowBody
 
 __all__ = ["WINDOW_STATE_KEY", "counter_for", "plan_window", "reduce_session"]
@@ -42,18 +42,27 @@ def counter_for(store: Store, name: str | None, path: str = "$.counter") -> Toke
         raise InvalidMessage(str(exc), path) from None
 
 
+def _check_low_water(max_tokens: int, low_water_tokens: int | None) -> None:
+    """400 for a ``low_water_tokens`` over ``max_tokens`` (which the reducer and the
+    window refuse with ``ValueError``; the schema holds both to >= 0)."""
+    if low_water_tokens is not None and low_water_tokens > max_tokens:
+        raise BadRequest(f"low_water_tokens ({low_water_tokens}) is over max_tokens "
+                         f"({max_tokens})")
+
+
 def _reducer(body: ReduceBody, store: Store) -> Reducer:
     if body.type == "truncation":
         if body.target_count is None:
-            raise ValueError("a truncation reducer needs target_count")
+            raise BadRequest("a truncation reducer needs target_count")
         return TruncationReducer(body.target_count, body.threshold_count,
                                  keep_system=body.keep_system)
     if body.type == "count":
         if body.max_messages is None:
-            raise ValueError("a count reducer needs max_messages")
+            raise BadRequest("a count reducer needs max_messages")
         return MessageCountReducer(body.max_messages, keep_system=body.keep_system)
     if body.max_tokens is None:
-        raise ValueError("a token_budget reducer needs max_tokens")
+        raise BadRequest("a token_budget reducer needs max_tokens")
+    _check_low_water(body.max_tokens, body.low_water_tokens)
     return TokenBudgetReducer(body.max_tokens, body.low_water_tokens,
                               counter=counter_for(store, body.counter),
                               keep_system=body.keep_system)
@@ -81,6 +90,7 @@ def plan_window(store: Store, tenant: str, session_id: str, body: WindowBody,
     can plan the next turn), evicted messages are marked in the store, and the new
     layout is saved with the session's version checked."""
     counter = counter_for(store, body.counter)  # a bad name fails before any read
+    _check_low_water(body.max_tokens, body.low_water_tokens)
     session = store.get_session(session_id, tenant=tenant)
     if expected_version is not None and session.version != expected_version:
         raise PreconditionFailed(f"session {session_id!r} is at version {session.version}, "
@@ -97,7 +107,14 @@ def plan_window(store: Store, tenant: str, session_id: str, body: WindowBody,
     if (not isinstance(previous, dict) or any(previous.get(k) != settings[k] for k in
                                               ("max_tokens", "counter", "keep_system"))):
         previous = {}  # another window: its layout says nothing about this one
-    window = ContextWindow.from_dict({**previous, **settings}, live, counter)
+    try:
+        window = ContextWindow.from_dict({**previous, **settings}, live, counter)
+    except (ValueError, TypeError) as exc:
+        if not previous:
+            raise
+        # the state is the client's to write (PATCH): a layout that is not one is its input
+        raise InvalidMessage(f"not a window layout: {type(exc).__name__}",
+                             f"$.state[{WINDOW_STATE_KEY!r}]") from None
     plan = window.plan(live)
     last = plan.messages[-1] if plan.messages else None
     layout = window.to_dict()

@@ -9,12 +9,12 @@ from typing import Any
 
 from starlette.responses import Response
 
-from ..errors import InvalidMessage, NotFound
+from ..errors import ChatHistoryError, InvalidMessage, NotFound
 from ..model import Attachment, KVStatus, MediaPart, Message, ToolResult
 from ..stores.engine import Engine
 from ..window import WindowPlan
 from .app import Context, Endpoint, Param, call_store, run
-from .errors import HTTPError
+from .errors import BadRequest, HTTPError
 from .ops import counter_for, plan_window, reduce_session
 from .routes_sessions import SESSION, guarded
 from .schema import (
@@ -76,7 +76,7 @@ def _exactly_one_selector(ctx: Context) -> str:
     if "stop" in params and "start" not in given:
         given.append("start")
     if len(given) != 1:
-        raise ValueError("give exactly one selector: tail=N, max_tokens=N, or start=I[&stop=J]")
+        raise BadRequest("give exactly one selector: tail=N, max_tokens=N, or start=I[&stop=J]")
     return given[0]
 
 
@@ -87,7 +87,7 @@ async def read_messages(ctx: Context) -> Response:
     selector = _exactly_one_selector(ctx)
     fmt = query_str(request, "format")
     if "assets" in params and not fmt:
-        raise ValueError("assets applies to format only")
+        raise BadRequest("assets applies to format only")
     store = ctx.store
     # without a format the stored JSON goes out as it is, never decoded (an Engine's *_json)
     engine = store if not fmt and isinstance(store, Engine) else None
@@ -95,7 +95,7 @@ async def read_messages(ctx: Context) -> Response:
     found: Any  # bytes from an Engine's *_json, else list[Message]
     if selector == "max_tokens":
         if "include_marked" in params:
-            raise ValueError("include_marked does not apply to max_tokens (marked messages "
+            raise BadRequest("include_marked does not apply to max_tokens (marked messages "
                              "never count toward a window)")
         max_tokens = query_int(request, "max_tokens")
         counter = counter_for(store, query_str(request, "counter") or None, "counter")
@@ -105,22 +105,41 @@ async def read_messages(ctx: Context) -> Response:
     else:
         for name in ("counter", "keep_system"):
             if name in params:
-                raise ValueError(f"{name} applies to max_tokens only")
+                raise BadRequest(f"{name} applies to max_tokens only")
         if selector == "tail":
             call = engine.tail_json if engine else store.tail
             found = await call_store(call, sid, query_int(request, "tail") or 0, tenant=ctx.tenant,
                                      include_marked=query_bool(request, "include_marked"))
         else:
-            start = query_int(request, "start", 0)
             call = engine.range_json if engine else store.range
-            found = await call_store(call, sid, start or 0, query_int(request, "stop"),
-                                     tenant=ctx.tenant,
-                                     include_marked=query_bool(request, "include_marked", True))
+            found = await _range(ctx, call, sid, query_int(request, "start", 0) or 0,
+                                 query_int(request, "stop"),
+                                 query_bool(request, "include_marked", True))
     if engine is not None:
         return Response(b'{"messages":' + found + b"}", media_type=JSON_TYPE)
     if fmt:
         return json_response(await _formatted(ctx, fmt, found))
     return json_response(MessagesOut(found))
+
+
+async def _range(ctx: Context, call: Callable[..., Any], sid: str, start: int,
+                 stop: int | None, include_marked: bool) -> Any:
+    """``call`` (``range`` or ``range_json``) over ``start..stop``: a 400 for a ``stop``
+    before ``start`` or a ``start`` past the session's end, which the store refuses with
+    ``ValueError`` (any other ``ValueError`` of the store stays a 500: a bug here)."""
+    if stop is not None and stop < start:
+        raise BadRequest(f"stop ({stop}) is before start ({start})")
+    try:
+        return await call_store(call, sid, start, stop, tenant=ctx.tenant,
+                                include_marked=include_marked)
+    except ValueError as exc:
+        if isinstance(exc, ChatHistoryError):
+            raise
+        session = await call_store(ctx.store.get_session, sid, tenant=ctx.tenant)
+        if start <= session.message_count:
+            raise
+        raise BadRequest(f"start ({start}) is past the session's end "
+                         f"({session.message_count} messages)") from None
 
 
 ASSET_MODES = ("inline", "url")
@@ -169,7 +188,7 @@ def _attachments(messages: list[Message]) -> Iterator[tuple[str, Attachment]]:
 
 async def _formatted(ctx: Context, fmt: str, messages: list[Message]) -> Any:
     if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")
+        raise BadRequest(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")
     mode = query_str(ctx.request, "assets") or "inline"
     if mode not in ASSET_MODES:
         raise InvalidMessage(f"assets must be one of {', '.join(ASSET_MODES)}", "assets")
@@ -178,7 +197,7 @@ async def _formatted(ctx: Context, fmt: str, messages: list[Message]) -> Any:
         module = importlib.import_module(f"chathistory.formats.{module_name}")
         convert = getattr(module, function)
     except (ImportError, AttributeError):
-        raise HTTPError(400, "bad_request", "format not available") from None
+        raise BadRequest("format not available") from None
     store, assets, tenant = ctx.store, ctx.service.assets, ctx.tenant
     limit = ctx.service.limits.inline_bytes
     base = str(ctx.request.base_url).rstrip("/")

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 import msgspec
 from starlette.responses import Response
 
-from ..errors import Conflict, InvalidMessage
+from ..errors import ChatHistoryError, Conflict, InvalidMessage
 from ..stores.model import Session
 from .app import Context, Endpoint, Param, call_store
-from .errors import PreconditionFailed
+from .errors import BadRequest, PreconditionFailed
 from .schema import CreateSessionBody, EditBody, ForkBody, SessionPage, UpdateSessionBody
 from .wire import (
     JSON_TYPE,
@@ -73,12 +74,21 @@ async def list_sessions(ctx: Context) -> Response:
     order: Literal["created", "recent"] = "recent" if raw_order == "recent" else "created"
     metadata = {k[len("metadata."):]: query_json_value(query_str(request, k) or "")
                 for k in request.query_params if k.startswith("metadata.")}
-    page = await call_store(ctx.store.list_sessions, tenant=ctx.tenant,
-                            user=query_str(request, "user"), metadata=metadata or None,
-                            limit=limit, cursor=query_str(request, "cursor") or None,
-                            order=order, query=query_str(request, "q") or None)
-    cursor = b"null" if page.next_cursor is None else _quote(page.next_cursor)
-    return Response(b'{"items":' + _sessions_json(page.items) + b',"next_cursor":' + cursor
+    listing = functools.partial(ctx.store.list_sessions, tenant=ctx.tenant,
+                                user=query_str(request, "user"), metadata=metadata or None,
+                                limit=limit, order=order, query=query_str(request, "q") or None)
+    cursor = query_str(request, "cursor") or None
+    try:
+        page = await call_store(listing, cursor=cursor)
+    except ValueError as exc:
+        if cursor is None or isinstance(exc, ChatHistoryError):
+            raise
+        # the store refuses a cursor it did not make, or made for the other order, with
+        # ValueError: a 400 when the same listing from the start is fine (else a 500)
+        await call_store(listing, cursor=None)
+        raise BadRequest(str(exc)) from None
+    after = b"null" if page.next_cursor is None else _quote(page.next_cursor)
+    return Response(b'{"items":' + _sessions_json(page.items) + b',"next_cursor":' + after
                     + b"}", media_type=JSON_TYPE)
 
 

@@ -16,7 +16,7 @@ from starlette.responses import Response
 from ..errors import InvalidMessage
 from ..model.codec import invalid_from
 from ..stores.model import Session
-from .errors import HTTPError
+from .errors import BadRequest, HTTPError
 from .work import SMALL_BODY
 
 __all__ = [
@@ -155,7 +155,7 @@ def if_match(request: Request) -> int | None:
         text = text[2:]
     text = text.strip('"')
     if not text.isdigit() or len(text) > 18:
-        raise HTTPError(400, "bad_request", "If-Match must be a session version, e.g. \"3\"")
+        raise BadRequest("If-Match must be a session version, e.g. \"3\"")
     return int(text)
 
 
@@ -164,7 +164,7 @@ def query_str(request: Request, name: str) -> str | None:
     a 400 naming it, never one of the values picked silently)."""
     values = request.query_params.getlist(name)
     if len(values) > 1:
-        raise ValueError(f"query parameter {name} is given {len(values)} times; give it once")
+        raise BadRequest(f"query parameter {name} is given {len(values)} times; give it once")
     return values[0] if values else None
 
 
@@ -176,9 +176,9 @@ def query_int(request: Request, name: str, default: int | None = None, *, low: i
     try:  # "?tail=" is not an integer either
         value = int(raw)
     except ValueError:
-        raise ValueError(f"query parameter {name} must be an integer") from None
+        raise BadRequest(f"query parameter {name} must be an integer") from None
     if not low <= value <= high:
-        raise ValueError(f"query parameter {name} must be between {low} and {high}")
+        raise BadRequest(f"query parameter {name} must be between {low} and {high}")
     return value
 
 
@@ -191,7 +191,7 @@ def query_bool(request: Request, name: str, default: bool = False) -> bool:
         return True
     if lowered in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"query parameter {name} must be true or false")
+    raise BadRequest(f"query parameter {name} must be true or false")
 
 
 def query_json_value(raw: str) -> Any:
