@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import random
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,12 +23,14 @@ import pair_shapes
 import pytest
 import test_conformance as conformance
 
-from chathistory import Conflict, Message
+from chathistory import Attachment, Conflict, KVStatus, Message
+from chathistory.errors import ChatHistoryError
 from chathistory.stores import open_store
 from chathistory.tokens import cached_count
 
 psycopg = pytest.importorskip("psycopg")
 from chathistory.stores.postgres import MIGRATIONS, PostgresStore, migrate  # noqa: E402
+from chathistory.stores.postgres import store as postgres_store  # noqa: E402
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 PG_URL = os.environ.get("CHATHISTORY_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
@@ -40,9 +44,9 @@ def _schema() -> str:
     return f"t_{uuid.uuid4().hex[:12]}"
 
 
-def _store(**options: Any) -> PostgresStore:
+def _store(store_class: type[PostgresStore] = PostgresStore, **options: Any) -> PostgresStore:
     try:
-        return PostgresStore(PG_URL, counter="approx", **options)
+        return store_class(PG_URL, counter="approx", **options)
     except psycopg.OperationalError as exc:
         if IN_CI:
             pytest.fail(f"PostgreSQL unreachable: {exc} (CI=true: server backends must be tested)")
@@ -568,3 +572,280 @@ def test_m003_mends_group_flags_written_by_0_1_0(conn: Any) -> None:
         pair_shapes.check_old_release_scenario(store)
     finally:
         store.close()
+
+
+# ---------------------------------------------------------------- the one-round-trip path
+
+
+class _OptimisticOnly(PostgresStore):
+    """A store that never plans on its own copy of a session (``_append_as_written``):
+    every append reads the session first, the optimistic way."""
+
+    def _remember(self, key: Any, session: Any) -> None:
+        return None
+
+
+def _count_as_written(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What each call of ``_append_as_written`` comes to from now on: "written" or
+    "missed" (the append then goes the optimistic way)."""
+    outcomes: list[str] = []
+    as_written = PostgresStore._append_as_written
+
+    def counted(self: PostgresStore, *args: Any) -> Any:
+        result = as_written(self, *args)
+        outcomes.append("missed" if result is postgres_store._MISSED else "written")
+        return result
+
+    monkeypatch.setattr(PostgresStore, "_append_as_written", counted)
+    return outcomes
+
+
+def _new_batch(rng: random.Random, k: int, open_calls: list[str], png: bytes
+               ) -> list[Message]:
+    """One to three messages: text of random length, now and then a system prompt, a
+    tool call (answered in this batch or left for a later one), an answer to an open
+    call, or an image (attachments go through the row lock)."""
+    out: list[Message] = []
+    for j in range(rng.randint(1, 3)):
+        text = f"{k}.{j} " + "word " * rng.randint(0, 60)
+        roll = rng.random()
+        if roll < 0.08:
+            out.append(Message.system(text))
+        elif roll < 0.2:
+            call = f"c{k}_{j}"
+            out.append(Message.assistant("", [{"id": call, "name": "f", "arguments": {"k": k}}]))
+            if rng.random() < 0.5:
+                out.append(Message.tool_result(call, text))
+            else:
+                open_calls.append(call)
+        elif roll < 0.3 and open_calls:
+            out.append(Message.tool_result(open_calls.pop(0), text))
+        elif roll < 0.36:
+            image = Attachment.from_bytes(png + bytes([k % 7]), name="p.png")
+            out.append(Message.user(text, image))
+        else:
+            out.append((Message.user if j % 2 == 0 else Message.assistant)(text))
+    return out
+
+
+def _random_script(seed: int, n: int, png: bytes) -> list[tuple[Any, ...]]:
+    """Operations of two writers (0 and 1, two store objects) on a few sessions, made in
+    advance so that both runs get the very same messages."""
+    rng = random.Random(seed)
+    roots, forks = ["s0", "s1", "s2"], []
+    batches: dict[str, list[list[Message]]] = {sid: [] for sid in roots}
+    calls: dict[str, list[str]] = {sid: [] for sid in roots}
+    ops: list[tuple[Any, ...]] = [("create", 0, sid) for sid in roots]
+    w, sid = 0, "s0"
+    for k in range(n):  # a writer and a session for a few operations in a row
+        if rng.random() < 0.25:
+            w = 1 - w
+        if rng.random() < 0.3:
+            sid = rng.choice(forks if forks and rng.random() < 0.25 else roots)
+        roll = rng.random()
+        earlier = batches[sid]
+        if roll < 0.12 and earlier:  # a retry of an earlier batch (stored or refused)
+            ops.append(("append", w, sid, rng.choice(earlier), None))
+        elif roll < 0.18 and earlier:  # an earlier batch and new messages together
+            batch = rng.choice(earlier) + _new_batch(rng, k, calls[sid], png)
+            earlier.append(batch)
+            ops.append(("append", w, sid, batch, None))
+        elif roll < 0.28:  # If-Match: the version this writer saw last, or an older one
+            batch = _new_batch(rng, k, calls[sid], png)
+            earlier.append(batch)
+            ops.append(("append", w, sid, batch, rng.choice(["seen", "stale"])))
+        elif roll < 0.34:  # a fork at a message of an earlier batch, or at the end
+            at = rng.choice(rng.choice(earlier)).id if earlier and rng.random() < 0.7 else None
+            fork = f"f{k}"
+            forks.append(fork)
+            batches[fork], calls[fork] = [], list(calls[sid])
+            ops.append(("fork", w, sid, at, fork))
+        elif roll < 0.39:
+            ops.append(("update", w, sid, {"k": k}))
+        elif roll < 0.44:
+            ops.append(("pop", w, sid))
+        elif roll < 0.47 and earlier:
+            ops.append(("mark", w, sid, [m.id for m in rng.choice(earlier)]))
+        elif roll < 0.49:  # the same id again: a new incarnation
+            batches[sid], calls[sid] = [], []
+            ops.append(("recreate", w, sid))
+        else:
+            batch = _new_batch(rng, k, calls[sid], png)
+            earlier.append(batch)
+            ops.append(("append", w, sid, batch, None))
+    return ops
+
+
+def _run_script(writers: list[PostgresStore], ops: list[tuple[Any, ...]]) -> list[Any]:
+    """Each operation's answer: a version, a session's counts, a message id, or the
+    error raised (its class and text)."""
+    seen: dict[tuple[int, str], int] = {}
+    out: list[Any] = []
+    for op in ops:
+        kind, w, sid = op[:3]
+        store = writers[w]
+        try:
+            if kind == "create":
+                answer: Any = store.create_session(sid).version
+            elif kind == "append":
+                batch, expected = op[3], op[4]
+                if expected is not None:
+                    expected = seen.get((w, sid), 0) - (expected == "stale")
+                answer = store.append(sid, batch, expected_version=expected)
+            elif kind == "fork":
+                fork = store.fork(sid, op[3], new_session_id=op[4])
+                answer = (fork.message_count, fork.token_count, fork.fork_seq)
+            elif kind == "update":
+                answer = store.update_session(sid, metadata=op[3]).version
+            elif kind == "pop":
+                popped = store.pop(sid)
+                answer = None if popped is None else popped.id
+            elif kind == "mark":
+                answer = store.mark(sid, op[3], KVStatus.MARKED)
+            else:  # recreate
+                store.delete_session(sid, cascade=True)
+                answer = store.create_session(sid).version
+            if kind in ("append", "update", "create", "recreate"):
+                seen[w, sid] = answer
+        except ChatHistoryError as exc:
+            answer = (type(exc).__name__, str(exc))
+        out.append(answer)
+    return out
+
+
+def _stored(store: PostgresStore, session_ids: list[str]) -> dict[str, Any]:
+    """Every row of the schema (sessions without their timestamps), and what the reads
+    of each session answer."""
+    import msgspec
+
+    from chathistory.stores import Session
+
+    stamp = datetime(2000, 1, 1, tzinfo=UTC)
+    out: dict[str, Any] = {}
+    with psycopg.connect(PG_URL) as c:
+        sessions = c.execute(f"SELECT session_id, user_id, parent_id, root_id, expires_at, "
+                             f"version, payload::text FROM {store.schema}.sessions "
+                             "ORDER BY session_id").fetchall()
+        out["sessions"] = [(*row[:-1], msgspec.structs.replace(
+            msgspec.json.decode(row[-1], type=Session), created_at=stamp, updated_at=stamp))
+            for row in sessions]
+        for table in ("messages", "message_ids", "calls", "kept", "overrides", "assets",
+                      "asset_refs"):
+            out[table] = c.execute(f"SELECT * FROM {store.schema}.{table} "
+                                   "ORDER BY 1, 2, 3").fetchall()
+    for sid in session_ids:
+        try:
+            out[sid] = (store.range(sid), store.tail(sid, 5), store.window(sid, 300))
+        except ChatHistoryError as exc:
+            out[sid] = (type(exc).__name__, str(exc))
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_appends_planned_on_the_written_copy_store_what_the_optimistic_path_stores(
+        seed: int, png_bytes: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same random operations (retries of stored ids, If-Match, two store objects
+    writing one session in turn, forks, pops, marks, attachments, a session deleted and
+    made again) through stores that plan on their own copy of a session when they can,
+    and through stores that always read it first: the same answers, the same rows."""
+    ops = _random_script(seed, 300, png_bytes)
+    names = sorted({op[2] for op in ops} | {op[4] for op in ops if op[0] == "fork"})
+    outcomes = _count_as_written(monkeypatch)
+    stores: list[PostgresStore] = []
+    try:
+        for make in (PostgresStore, _OptimisticOnly):  # two store objects on one schema
+            first = _store(make, schema=_schema(), drop_schema_on_close=True)
+            stores += [first, _store(make, schema=first.schema)]
+        fast, plain = stores[:2], stores[2:]
+        fast_answers = _run_script(fast, ops)
+        fast_rows = _stored(fast[0], names)
+        plain_answers = _run_script(plain, ops)
+        plain_rows = _stored(plain[0], names)
+        assert plain[0]._written == {} and plain[1]._written == {}
+        assert outcomes.count("written") > 30 and outcomes.count("missed") > 30, outcomes
+        assert fast_answers == plain_answers
+        assert fast_rows.keys() == plain_rows.keys()
+        for key in fast_rows:
+            assert fast_rows[key] == plain_rows[key], key
+        assert sum(type(a) is int for a in fast_answers) > 150  # most operations succeeded
+    finally:
+        for s in reversed(stores):
+            s.close()
+
+
+def _concurrent_writers(writers: list[PostgresStore], work: list[list[Message]]
+                        ) -> list[list[int]]:
+    """Two threads per store object, all on sessions ``c0`` and ``c1``: each thread appends
+    its messages one per call, every third append sent twice (a retry); the first
+    store's threads back to back, the second's a few milliseconds apart (so the first
+    often finds the session as it wrote it, and sometimes not)."""
+    versions: list[list[int]] = [[] for _ in work]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(work))
+
+    def writer(i: int) -> None:
+        store, sid = writers[i % 2], f"c{i // 2 % 2}"
+        barrier.wait()
+        try:
+            for k, m in enumerate(work[i]):
+                versions[i].append(store.append(sid, [m]))
+                if k % 3 == 0:
+                    assert store.append(sid, [m]) == versions[i][-1]
+                time.sleep(0.004 * (i % 2))
+        except BaseException as exc:  # reported, not swallowed
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(len(work))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return versions
+
+
+def test_concurrent_appends_planned_on_the_written_copy_store_what_the_optimistic_path_stores(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two store objects, four threads, two sessions, with and without the one-round-trip
+    path: every message once, in each writer's order, versions gapless, the same
+    messages and totals either way (only the interleaving differs)."""
+    work = [[(Message.user if k % 2 else Message.assistant)(f"t{i} {k} " + "w " * (k % 13))
+             for k in range(60 if i % 2 == 0 else 15)] for i in range(4)]
+    outcomes = _count_as_written(monkeypatch)
+    # plans after a lost race too (not the row lock for 2 s): races in the middle of the
+    # one-round-trip path, not only around it
+    monkeypatch.setattr(postgres_store, "_RACED_SECONDS", 0.0)
+    results = []
+    for make in (PostgresStore, _OptimisticOnly):
+        writers = [_store(make, schema=_schema(), drop_schema_on_close=True)]
+        try:
+            writers.append(_store(make, schema=writers[0].schema))
+            for sid in ("c0", "c1"):
+                writers[0].create_session(sid)
+            versions = _concurrent_writers(writers, work)
+            stored = {}
+            for s, sid in enumerate(("c0", "c1")):
+                mine = [i for i in range(len(work)) if i // 2 % 2 == s]
+                assert sorted(v for i in mine for v in versions[i]) == list(
+                    range(1, 1 + sum(len(work[i]) for i in mine)))
+                messages = writers[1].range(sid)
+                for i in mine:  # each thread's order kept
+                    assert [m.id for m in messages if m.text.startswith(f"t{i} ")] == [
+                        m.id for m in work[i]]
+                session = writers[1].get_session(sid)
+                with psycopg.connect(PG_URL) as c:
+                    rows = c.execute(f"SELECT seq, tokens, cum_before FROM {writers[0].schema}"
+                                     ".messages WHERE session_id = %s ORDER BY seq",
+                                     (sid,)).fetchall()
+                assert [r[0] for r in rows] == list(range(session.message_count))
+                assert [r[2] for r in rows] == [sum(r[1] for r in rows[:k])
+                                                for k in range(len(rows))]
+                stored[sid] = (sorted(m.id for m in messages), session.message_count,
+                               session.token_count, session.version)
+            results.append(stored)
+        finally:
+            for s in reversed(writers):
+                s.close()
+    assert "written" in outcomes and "missed" in outcomes, outcomes
+    assert results[0] == results[1]

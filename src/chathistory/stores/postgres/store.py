@@ -18,8 +18,8 @@ from psycopg_pool import ConnectionPool
 
 from ...errors import ChatHistoryError, Conflict
 from ...tokens import TokenCounter
-from ..base import AppendTxn, BaseStore
-from ..engine import like_pattern
+from ..backend import AppendTxn, like_pattern
+from ..base import BaseStore
 from ..model import SESSION_DECODER, Row, Session, make_row
 from .pool import Pool, configure
 from .queries import NO_LIMIT, Queries, batch_json, position_runs, session_params, sessions_of
@@ -263,11 +263,10 @@ class PostgresStore(BaseStore):
 
     def _b_append(self, tenant: str, session_id: str, fn: Callable[[AppendTxn], T],
                   ids: Sequence[str] = ()) -> T:
-        # Optimistic first: read the session and the batch's stored ids in one round
-        # trip, plan, and write everything in one statement that only takes effect if
-        # the session is still at the version read (two round trips, no BEGIN/COMMIT).
-        # When other writers keep moving the session, or attachments are written, the
-        # append queues on the session's row lock instead.
+        # The cheapest way that can answer: after this store's own append to the session,
+        # one round trip planned on its copy (``_append_as_written``); otherwise, or when
+        # that copy is stale, two (``_append_optimistic``); the row lock
+        # (``_append_locked``) for attachments, and for a while after a lost race.
         key = (tenant, session_id)
         raced = self._raced.get(key)
         if raced is not None and time.monotonic() - raced < _RACED_SECONDS:
@@ -277,6 +276,16 @@ class PostgresStore(BaseStore):
             result = self._append_as_written(tenant, session_id, fn, ids, cached)
             if result is not _MISSED:
                 return result  # type: ignore[return-value]
+        return self._append_optimistic(tenant, session_id, fn, ids)
+
+    def _append_optimistic(self, tenant: str, session_id: str, fn: Callable[[AppendTxn], T],
+                           ids: Sequence[str]) -> T:
+        """Read the session and the batch's stored ids in one round trip, plan, and write
+        everything in one statement that only takes effect if the session is still at
+        the version read (two round trips, no BEGIN/COMMIT). When another writer moved
+        the session meanwhile, or attachments are written, the append queues on the
+        session's row lock instead."""
+        key = (tenant, session_id)
         for _ in range(_OPTIMISTIC_TRIES):
             try:
                 with self._pool.connection() as conn:
@@ -314,7 +323,15 @@ class PostgresStore(BaseStore):
         none of the batch's ids to be stored, and write if the session is still at
         that version and creation time. ``_MISSED`` when that cannot be known here:
         another writer moved the session, the append is a retry of a stored one (its
-        ids are taken), or the plan raised (it may have read the stale copy)."""
+        ids are taken), or the plan raised (it may have read the stale copy).
+
+        Worth its code (``python -m bench.pg_paths``, paths interleaved, a 2-CPU VM):
+        one writer, one ShareGPT message per call, 546 us per append against 791 us
+        planned the optimistic way (-31%); 8 threads on sessions of their own, 3,120
+        messages/s against 1,855 (+68%). With both CPUs busy elsewhere the single
+        writer waits for a CPU more than for PostgreSQL (-1% to -14%), 8 threads still
+        gain 28-34%. ``test_postgres`` checks it against the optimistic path: the same
+        random operations give the same answers and rows."""
         if cached.parent_id is not None:  # a fork checks its ancestors' ids: the long way
             return _MISSED
         try:
