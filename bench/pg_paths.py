@@ -6,7 +6,8 @@ Single writer: one ``append`` call per message (ShareGPT messages, counts cached
 up front so only the store is timed) to a fresh session, per path; then 8
 writer threads, each on a session of its own. The paths run interleaved, in a
 rotated order every round, so load from elsewhere on the machine falls on all of
-them alike; medians over the rounds.
+them alike: medians over the rounds, and against ``optimistic`` the median of each
+round's ratio (paths run back to back).
 
 Paths: ``as_written`` (the store as shipped: after its own append a store plans
 the next on the session as it wrote it, one round trip), ``optimistic`` (that
