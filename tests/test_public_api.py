@@ -21,6 +21,7 @@ HOMES = {
     "History": "chathistory.history",
     "HistoryProvider": "chathistory.provider",
     "ImagePart": "chathistory.model",
+    "InvalidArgument": "chathistory.errors",
     "InvalidMessage": "chathistory.errors",
     "KVStatus": "chathistory.model",
     "Message": "chathistory.model",
@@ -65,14 +66,17 @@ def test_error_tree() -> None:
         ChatHistoryError,
         Conflict,
         DuplicateMessage,
+        InvalidArgument,
         InvalidMessage,
         MissingDependency,
         NotFound,
     )
 
-    for cls in (Conflict, InvalidMessage, MissingDependency, NotFound, DuplicateMessage):
+    for cls in (Conflict, InvalidArgument, InvalidMessage, MissingDependency, NotFound,
+                DuplicateMessage):
         assert issubclass(cls, ChatHistoryError)
     assert issubclass(InvalidMessage, ValueError)
+    assert issubclass(InvalidArgument, ValueError)
     assert issubclass(DuplicateMessage, InvalidMessage)
     duplicate = DuplicateMessage("m1", "$[2].id")
     assert (duplicate.message_id, duplicate.path) == ("m1", "$[2].id")

@@ -8,6 +8,8 @@ Every error the library raises on purpose derives from one root::
     │   └── DuplicateMessage               a list operation on a ``History`` (insert,
     │                                      item or slice assignment) put in an id
     │                                      already there; ``.message_id`` names it
+    ├── InvalidArgument (also ValueError)  a bad argument to a store call (a cursor it did
+    │                                      not make, a range past the end, a negative n)
     ├── NotFound (also KeyError)           an unknown session, message or asset
     ├── Conflict                           a stale ``expected_version`` / ``If-Match``
     ├── StoreUnavailable                   the store cannot be reached or written now
@@ -24,6 +26,7 @@ __all__ = [
     "ChatHistoryError",
     "Conflict",
     "DuplicateMessage",
+    "InvalidArgument",
     "InvalidMessage",
     "MissingDependency",
     "NotFound",
@@ -68,6 +71,13 @@ class DuplicateMessage(InvalidMessage):
 
     def under(self, prefix: str) -> DuplicateMessage:
         return DuplicateMessage(self.message_id, prefix + self.path[1:])
+
+
+class InvalidArgument(ChatHistoryError, ValueError):
+    """A store call's argument is out of range or malformed (the caller's mistake, a
+    400 through the HTTP service): a cursor the store did not make, a ``start`` past
+    the session's end, a negative count. A bare ``ValueError`` from inside a store is
+    a bug, never this."""
 
 
 class NotFound(ChatHistoryError, KeyError):

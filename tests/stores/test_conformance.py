@@ -19,6 +19,7 @@ from chathistory import (
     Conflict,
     History,
     ImagePart,
+    InvalidArgument,
     InvalidMessage,
     KVStatus,
     Message,
@@ -165,14 +166,19 @@ def test_list_sessions_cursor_belongs_to_its_order(store: BaseStore) -> None:
     by_created = store.list_sessions(limit=1).next_cursor
     by_recent = store.list_sessions(limit=1, order="recent").next_cursor
     assert by_created and by_recent and by_created != by_recent
-    with pytest.raises(ValueError):
+    # the caller's mistake: InvalidArgument (a 400 through the service), not a bare
+    # ValueError (which the service answers as a bug)
+    with pytest.raises(InvalidArgument, match="order=created"):
         store.list_sessions(cursor=by_created, order="recent")
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgument, match="order=recent"):
         store.list_sessions(cursor=by_recent)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgument, match="cursor"):
         store.list_sessions(cursor="not a cursor")
-    with pytest.raises(ValueError):
+    # (through the service, the route refuses the parameter first: 422 naming it)
+    with pytest.raises((InvalidArgument, InvalidMessage), match="order"):
         store.list_sessions(order="newest")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="past the session's end"):
+        store.range("c0", 3)
 
 
 def _found(store: BaseStore, query: str, **options: Any) -> list[str]:
@@ -487,6 +493,24 @@ def test_late_result_in_a_fork(store: BaseStore) -> None:
     store.append(last.id, [result])  # joins a row of twice's and one of middle's
     _check_late(store, last.id, [user, call, more, result])
     assert ids(store.tail(middle.id, 1)) == [more.id]
+
+
+def test_late_results_of_split_calls_in_reverse_order(store: BaseStore) -> None:
+    """Parallel calls one per message, answered in a later append newest call first: the
+    older call's result joins the newer call to it (the range to clear starts just after
+    the oldest call answered, whatever the order of the results)."""
+    s = store.create_session()
+    calls = [Message.assistant("", [{"id": f"p{k}", "name": "f"}]) for k in range(2)]
+    user = Message.user("go")
+    store.append(s.id, [user, *calls])
+    results = [Message.tool_result(f"p{k}", f"r{k}") for k in (1, 0)]
+    store.append(s.id, results)
+    msgs = [user, *calls, *results]
+    history = History(msgs, counter=store.counter)
+    for k in (1, 2, 4):
+        assert ids(store.tail(s.id, k)) == ids(history.recent(k)) == ids(msgs[1:]), k
+    assert not pair_shapes.pair_violations(store.window(s.id, 10_000), msgs)
+    assert ids(store.range(s.id, 2, 3)) == ids(msgs[1:])
 
 
 def test_one_id_twice_in_one_append(store: BaseStore) -> None:
@@ -856,9 +880,9 @@ def test_fork_reads_equal_history_selectors(store: BaseStore, data: st.DataObjec
     with other messages; a mark in the fork takes whole groups of the fork's view."""
     msgs = data.draw(pair_shapes.conversations(), "messages")
     points = st.integers(1, len(msgs))
-    late = pair_shapes.late_results(msgs)
-    if late:  # often just before a late result: the fork's first append joins inherited rows
-        points = st.one_of(st.sampled_from(late), points)
+    answered = pair_shapes.answers(msgs)
+    if answered:  # often just before a result: the fork's first append joins inherited rows
+        points = st.one_of(st.sampled_from(answered), points)
     at = data.draw(points, "fork after")
     parent = store.create_session()
     for batch in data.draw(pair_shapes.batches(msgs[:at]), "parent batches"):

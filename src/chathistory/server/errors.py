@@ -23,6 +23,7 @@ from ..assets import AssetTooLarge
 from ..errors import (
     ChatHistoryError,
     Conflict,
+    InvalidArgument,
     InvalidMessage,
     MissingDependency,
     NotFound,
@@ -60,6 +61,7 @@ class PreconditionFailed(Conflict):
 STATUS: list[tuple[type[BaseException], int, str]] = [
     # first match wins: subclasses before their bases
     (InvalidMessage, 422, "invalid_message"),
+    (InvalidArgument, 400, "bad_request"),
     (ContextOverflow, 422, "context_overflow"),
     (NotFound, 404, "not_found"),
     (PreconditionFailed, 412, "precondition_failed"),

@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from ..errors import ChatHistoryError, InvalidMessage, NotFound
+from ..errors import InvalidMessage, NotFound
 from ..model import Attachment, KVStatus, MediaPart, Message, ToolResult
 from ..stores.engine import Engine
 from ..window import WindowPlan
@@ -125,21 +125,11 @@ async def read_messages(ctx: Context) -> Response:
 async def _range(ctx: Context, call: Callable[..., Any], sid: str, start: int,
                  stop: int | None, include_marked: bool) -> Any:
     """``call`` (``range`` or ``range_json``) over ``start..stop``: a 400 for a ``stop``
-    before ``start`` or a ``start`` past the session's end, which the store refuses with
-    ``ValueError`` (any other ``ValueError`` of the store stays a 500: a bug here)."""
+    before ``start``, and (the store's ``InvalidArgument``) a ``start`` past the end."""
     if stop is not None and stop < start:
         raise BadRequest(f"stop ({stop}) is before start ({start})")
-    try:
-        return await call_store(call, sid, start, stop, tenant=ctx.tenant,
-                                include_marked=include_marked)
-    except ValueError as exc:
-        if isinstance(exc, ChatHistoryError):
-            raise
-        session = await call_store(ctx.store.get_session, sid, tenant=ctx.tenant)
-        if start <= session.message_count:
-            raise
-        raise BadRequest(f"start ({start}) is past the session's end "
-                         f"({session.message_count} messages)") from None
+    return await call_store(call, sid, start, stop, tenant=ctx.tenant,
+                            include_marked=include_marked)
 
 
 ASSET_MODES = ("inline", "url")

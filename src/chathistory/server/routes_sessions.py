@@ -9,10 +9,10 @@ from typing import Any, Literal, TypeVar
 import msgspec
 from starlette.responses import Response
 
-from ..errors import ChatHistoryError, Conflict, InvalidMessage
+from ..errors import Conflict, InvalidMessage
 from ..stores.model import Session
 from .app import Context, Endpoint, Param, call_store
-from .errors import BadRequest, PreconditionFailed
+from .errors import PreconditionFailed
 from .schema import CreateSessionBody, EditBody, ForkBody, SessionPage, UpdateSessionBody
 from .wire import (
     JSON_TYPE,
@@ -78,15 +78,8 @@ async def list_sessions(ctx: Context) -> Response:
                                 user=query_str(request, "user"), metadata=metadata or None,
                                 limit=limit, order=order, query=query_str(request, "q") or None)
     cursor = query_str(request, "cursor") or None
-    try:
-        page = await call_store(listing, cursor=cursor)
-    except ValueError as exc:
-        if cursor is None or isinstance(exc, ChatHistoryError):
-            raise
-        # the store refuses a cursor it did not make, or made for the other order, with
-        # ValueError: a 400 when the same listing from the start is fine (else a 500)
-        await call_store(listing, cursor=None)
-        raise BadRequest(str(exc)) from None
+    # a cursor the store did not make, or made for the other order: InvalidArgument, a 400
+    page = await call_store(listing, cursor=cursor)
     after = b"null" if page.next_cursor is None else _quote(page.next_cursor)
     return Response(b'{"items":' + _sessions_json(page.items) + b',"next_cursor":' + after
                     + b"}", media_type=JSON_TYPE)

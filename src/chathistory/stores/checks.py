@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 import msgspec
 
-from ..errors import InvalidMessage
+from ..errors import InvalidArgument, InvalidMessage
 from ..model import Message
 
 __all__ = ["check_id", "check_json", "check_user", "ttl_deadline", "validated"]
@@ -25,11 +25,11 @@ def ttl_deadline(ttl: timedelta | float | None, now: datetime) -> datetime | Non
         return None
     seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
     if not seconds > 0:  # NaN too
-        raise ValueError("ttl must be positive")
+        raise InvalidArgument("ttl must be positive")
     try:
         return now + timedelta(seconds=seconds)
     except OverflowError:
-        raise ValueError(f"ttl of {seconds:g} seconds ends after the year 9999") from None
+        raise InvalidArgument(f"ttl of {seconds:g} seconds ends after the year 9999") from None
 
 
 def check_id(value: str, field: str) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import NotFound
+from ..errors import InvalidArgument, NotFound
 from ..model import KVStatus, Message
 from ..model.codec import encode
 from ..tokens import TokenCounter, cached_count, get_counter
@@ -132,7 +132,7 @@ class Reads(Sessions):
     def _tail_rows(self, session_id: str, n: int, tenant: str, include_marked: bool
                    ) -> list[Row]:
         if n < 0:
-            raise ValueError("n must be >= 0")
+            raise InvalidArgument("n must be >= 0")
         session = self.get_session(session_id, tenant=tenant)
         chosen: list[Row] = []
         count = 0
@@ -166,7 +166,7 @@ class Reads(Sessions):
                      counter: str | TokenCounter | None, tenant: str, keep_system: bool
                      ) -> list[Row]:
         if max_tokens < 0:
-            raise ValueError("max_tokens must be >= 0")
+            raise InvalidArgument("max_tokens must be >= 0")
         c = self.counter if counter is None else get_counter(counter)
         own = c.name == self.counter.name
         budget = max_tokens - c.priming_tokens
@@ -297,7 +297,10 @@ class Reads(Sessions):
         n = session.message_count
         stop = n if stop is None else min(stop, n)
         if start < 0 or stop < start:
-            raise ValueError("need 0 <= start <= stop")
+            if start > n:
+                raise InvalidArgument(f"start ({start}) is past the session's end "
+                                      f"({n} messages)")
+            raise InvalidArgument("need 0 <= start <= stop")
         if start == stop:
             return []
         rows = self._read(session, max(0, start - 64), min(n, stop + 64))

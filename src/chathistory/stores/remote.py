@@ -35,6 +35,7 @@ import msgspec
 from ..errors import (
     ChatHistoryError,
     Conflict,
+    InvalidArgument,
     InvalidMessage,
     MissingDependency,
     NotFound,
@@ -576,7 +577,7 @@ def _raise_for(response: httpx.Response) -> NoReturn:
     if status in (409, 412):
         raise Conflict(message)
     if status == 400:
-        raise ValueError(message)
+        raise InvalidArgument(message)
     hinted = _retry_after(response)
     if status == 507:
         raise StorageFull(message, retry_after=30.0 if hinted is None else hinted)

@@ -14,7 +14,7 @@ from typing import Any, Literal, Self
 
 import msgspec
 
-from ..errors import Conflict, NotFound
+from ..errors import Conflict, InvalidArgument, NotFound
 from ..model import new_id
 from ..tokens import TokenCounter, get_counter
 from .backend import Backend, recent_key
@@ -87,9 +87,9 @@ class Sessions(Backend):
         by its own messages; a match in a shared prefix lists the session that owns it).
         """
         if not 1 <= limit <= 1000:
-            raise ValueError("limit must be between 1 and 1000")
+            raise InvalidArgument("limit must be between 1 and 1000")
         if order not in ("created", "recent"):
-            raise ValueError(f"order must be 'created' or 'recent', not {order!r}")
+            raise InvalidArgument(f"order must be 'created' or 'recent', not {order!r}")
         recent = order == "recent"
         after = _parse_cursor(cursor, order)
         needle = _Needle(query) if query else None
@@ -168,9 +168,9 @@ def _parse_cursor(cursor: str | None, order: str) -> tuple[str, str] | None:
         if sep and created[:1].isdigit():  # the cursor of older releases: created order
             made_for, key = "created", created
         else:
-            raise ValueError(f"bad cursor {cursor!r}") from None
+            raise InvalidArgument(f"bad cursor {cursor!r}") from None
     if made_for != order:
-        raise ValueError(f"this cursor is for order={made_for}, not order={order}")
+        raise InvalidArgument(f"this cursor is for order={made_for}, not order={order}")
     return key, sid
 
 
@@ -182,7 +182,7 @@ class _Needle:
 
     def __init__(self, query: str) -> None:
         if not isinstance(query, str):
-            raise ValueError("query must be a string")
+            raise InvalidArgument("query must be a string")
         self.json = msgspec.json.encode(query)[1:-1].decode()
         self.raw = query.encode().lower()  # bytes.lower(): ASCII letters only
         self.raw_json = self.json.encode().lower()
