@@ -95,14 +95,14 @@ def conversations(draw: st.DrawFn, max_turns: int = 8) -> list[Message]:
     return out
 
 
-def late_results(messages: Sequence[Message]) -> list[int]:
-    """Positions of the messages carrying a result whose call is not the message just
-    before: an append that starts there must join earlier stored messages to the call
-    (the place a fork or a batch edge is worth putting)."""
+def answers(messages: Sequence[Message]) -> list[int]:
+    """Positions of the messages carrying a result for a call made in an earlier message:
+    an append that starts there joins stored messages to the call (the call's own, and
+    any after it: a late result), the place a fork or a batch edge is worth putting."""
     call_at: dict[str, int] = {}
     out: list[int] = []
     for i, m in enumerate(messages):
-        if any(type(p) is ToolResult and call_at.get(p.call_id, i) < i - 1 for p in m.parts):
+        if any(type(p) is ToolResult and p.call_id in call_at for p in m.parts):
             out.append(i)
         call_at.update((p.id, i) for p in m.parts if type(p) is ToolCall)
     return out
@@ -111,11 +111,11 @@ def late_results(messages: Sequence[Message]) -> list[int]:
 @st.composite
 def batches(draw: st.DrawFn, messages: Sequence[Message]) -> list[list[Message]]:
     """``messages`` split into consecutive append batches at random, often just before
-    a late result (so that it arrives in an append after its call's)."""
+    a result (so that it arrives in an append after its call's, late or not)."""
     cuts = draw(st.sets(st.integers(1, max(1, len(messages) - 1)), max_size=6))
-    late = late_results(messages)
-    if late:
-        cuts |= draw(st.sets(st.sampled_from(late)))
+    answered = answers(messages)
+    if answered:
+        cuts |= draw(st.sets(st.sampled_from(answered)))
     edges = [0, *sorted(c for c in cuts if c < len(messages)), len(messages)]
     return [list(messages[a:b]) for a, b in itertools.pairwise(edges) if b > a]
 
