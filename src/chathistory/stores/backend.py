@@ -200,6 +200,14 @@ class Backend(abc.ABC):
         None: not implemented, the engine makes the reads one by one."""
         return None
 
+    def _b_tail_probe(self, tenant: str, session_id: str, rows: int
+                      ) -> tuple[Session | None, list[Row]] | None:
+        """Optional, for backends where a round trip costs: in one read, the session
+        (None when unknown) and, for a session that is not a fork, its newest ``rows``
+        rows (fewer when it has fewer); the rows of a fork are not used. None: not
+        implemented, the engine reads the session, then the rows."""
+        return None
+
     def _b_clock(self) -> datetime | None:
         """Optional: the store's own clock (one round trip), which then judges every TTL
         (``clock.py``); None when it is this machine's."""

@@ -133,11 +133,23 @@ class Reads(Sessions):
                    ) -> list[Row]:
         if n < 0:
             raise InvalidArgument("n must be >= 0")
-        session = self.get_session(session_id, tenant=tenant)
+        probe = self._b_tail_probe(tenant, session_id, n + 1) if n else None
+        first_rows: list[Row] | None = None
+        if probe is None:
+            session = self.get_session(session_id, tenant=tenant)
+        else:
+            found, first_rows = probe
+            if found is None or found.is_expired(self.now()):
+                raise NotFound(f"no session {session_id!r}")
+            session = found
+            if session.parent_id is not None or not first_rows:  # a fork: through ancestors
+                first_rows = None
         chosen: list[Row] = []
         count = 0
         if n:
-            for group in self._groups_backward(session, max(0, session.message_count - n - 1)):
+            groups = self._groups_backward(session, max(0, session.message_count - n - 1),
+                                           first_rows)
+            for group in groups:
                 if not _usable(group, include_marked):
                     continue
                 chosen[:0] = group

@@ -47,18 +47,13 @@ return 1
 # rows from the one before the first whose running total reaches token_count - budget to
 # the end (at most ARGV[2] of them: the newest; the engine reads further back if needed),
 # read 500 at a time (Lua's unpack() has a limit). false (a nil reply) for a missing row.
-PROBE = """
+_SESSION = """
 local j = redis.call('HGET', KEYS[1], 'j')
 if not j then return false end
 local s = cjson.decode(j)
 local n = tonumber(s['message_count']) or 0
-local cum = (tonumber(s['token_count']) or 0) - tonumber(ARGV[1])
-local first = 0
-if cum > 0 then
-  local hit = redis.call('ZRANGEBYSCORE', KEYS[3], cum, '+inf', 'LIMIT', 0, 1)
-  if #hit > 0 then first = tonumber(hit[1]) else first = n end
-end
-local lo = math.max(0, math.min(first - 1, n - 1), n - tonumber(ARGV[2]))
+"""
+_ROWS_TO_END = """
 local out = {j, lo}
 local seq = lo
 while seq < n do
@@ -71,6 +66,22 @@ while seq < n do
 end
 return out
 """
+PROBE = _SESSION + """
+local cum = (tonumber(s['token_count']) or 0) - tonumber(ARGV[1])
+local first = 0
+if cum > 0 then
+  local hit = redis.call('ZRANGEBYSCORE', KEYS[3], cum, '+inf', 'LIMIT', 0, 1)
+  if #hit > 0 then first = tonumber(hit[1]) else first = n end
+end
+local lo = math.max(0, math.min(first - 1, n - 1), n - tonumber(ARGV[2]))
+""" + _ROWS_TO_END
+
+# KEYS: session rows.  ARGV: rows.  A tail read in one round trip (Engine._b_tail_probe):
+# the session's JSON, the first position returned, then the newest ARGV[1] rows (at most
+# PROBE_ROWS); false for a missing row.
+TAIL_PROBE = _SESSION + """
+local lo = math.max(0, n - tonumber(ARGV[1]))
+""" + _ROWS_TO_END
 PROBE_ROWS = 2000
 
 # KEYS: session rows ids cum kept calls over refs.  ARGV: expected_v seq new_v json new_r,

@@ -157,6 +157,7 @@ class RedisStore(KeyLayout, BaseStore):
         self._insert_script = self._r.register_script(scripts.INSERT)
         self._save_script = self._r.register_script(scripts.SAVE)
         self._probe_script = self._r.register_script(scripts.PROBE)
+        self._tail_script = self._r.register_script(scripts.TAIL_PROBE)
         self._script_error = redis.exceptions.ResponseError
         self._status_script = self._r.register_script(scripts.SET_STATUS)
         self._gc_script = self._r.register_script(scripts.GC)
@@ -423,12 +424,17 @@ class RedisStore(KeyLayout, BaseStore):
                                        args=[budget, scripts.PROBE_ROWS])
         except self._script_error:  # a session JSON that Lua's cjson cannot read: step by step
             return None
-        if not found:
-            return None, []
-        j, lo, *values = found
-        first = int(lo)
-        return (SESSION_DECODER.decode(j),
-                [unpack_row(first + i, v) for i, v in enumerate(values) if v is not None])
+        return _probed(found)
+
+    def _b_tail_probe(self, tenant: str, session_id: str, rows: int
+                      ) -> tuple[Session | None, list[Row]] | None:
+        k = self._keys(tenant, session_id)
+        try:
+            found = self._tail_script(keys=[k.session, k.rows],
+                                      args=[min(rows, scripts.PROBE_ROWS)])
+        except self._script_error:  # a session JSON that Lua's cjson cannot read: step by step
+            return None
+        return _probed(found)
 
     def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:
         found = self._r.zrangebyscore(self._keys(tenant, session_id).cum, cum, "+inf", 0, 1)
@@ -547,3 +553,13 @@ def _parse_url(url: str) -> tuple[str, bool]:
         query = [(k, v) for k, v in query if k != "cluster"]
     return urlunsplit(parts._replace(scheme=scheme, query=urlencode(query))), cluster
 
+
+
+def _probed(found: list[Any] | None) -> tuple[Session | None, list[Row]]:
+    """A probe script's answer: the session and the rows from the position it names."""
+    if not found:
+        return None, []
+    j, lo, *values = found
+    first = int(lo)
+    return (SESSION_DECODER.decode(j),
+            [unpack_row(first + i, v) for i, v in enumerate(values) if v is not None])
