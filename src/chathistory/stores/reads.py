@@ -134,16 +134,7 @@ class Reads(Sessions):
         if n < 0:
             raise InvalidArgument("n must be >= 0")
         probe = self._b_tail_probe(tenant, session_id, n + 1) if n else None
-        first_rows: list[Row] | None = None
-        if probe is None:
-            session = self.get_session(session_id, tenant=tenant)
-        else:
-            found, first_rows = probe
-            if found is None or found.is_expired(self.now()):
-                raise NotFound(f"no session {session_id!r}")
-            session = found
-            if session.parent_id is not None or not first_rows:  # a fork: through ancestors
-                first_rows = None
+        session, first_rows = self._probed(probe, session_id, tenant)
         chosen: list[Row] = []
         count = 0
         if n:
@@ -157,6 +148,18 @@ class Reads(Sessions):
                 if count >= n:
                     break
         return chosen
+
+    def _probed(self, probe: tuple[Session | None, list[Row]] | None, session_id: str,
+                tenant: str) -> tuple[Session, list[Row] | None]:
+        """The session and the newest rows a probe read with it (None: read them as
+        usual, also for a fork, which reads through its ancestors); without a probe,
+        the session alone."""
+        if probe is None:
+            return self.get_session(session_id, tenant=tenant), None
+        found, rows = probe
+        if found is None or found.is_expired(self.now()):
+            raise NotFound(f"no session {session_id!r}")
+        return found, (rows if rows and found.parent_id is None else None)
 
     def window(self, session_id: str, max_tokens: int,
                counter: str | TokenCounter | None = None, *, tenant: str = DEFAULT_TENANT,
@@ -185,16 +188,7 @@ class Reads(Sessions):
         probe = None
         if own and not keep_system and budget >= 0:
             probe = self._b_window_probe(tenant, session_id, budget)
-        first_rows: list[Row] | None = None
-        if probe is None:
-            session = self.get_session(session_id, tenant=tenant)
-        else:
-            found, first_rows = probe
-            if found is None or found.is_expired(self.now()):
-                raise NotFound(f"no session {session_id!r}")
-            session = found
-            if session.parent_id is not None:  # a fork reads through its ancestors
-                first_rows = None
+        session, first_rows = self._probed(probe, session_id, tenant)
         kept: list[Row] = []
         if keep_system:
             kept = [r for r in self._kept_rows(session) if _usable([r], False)]
