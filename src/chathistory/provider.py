@@ -337,7 +337,7 @@ class HistoryProvider:
 
     # ------------------------------------------------------------------ async twins
 
-    async def _in_pool(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    async def dispatched(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(*args, **kwargs)`` as ``AsyncStoreAdapter`` runs a store call (its
         dispatch, the store's circuit); without a store, in the default dispatch."""
         if self.aio is not None:
@@ -346,19 +346,19 @@ class HistoryProvider:
 
     async def aget_messages(self, session: Session) -> list[Message]:
         """``get_messages`` without blocking the event loop."""
-        return await self._in_pool(self.get_messages, session)
+        return await self.dispatched(self.get_messages, session)
 
     async def abefore_run(self, session: Session, new_messages: Iterable[Message]
                           ) -> list[Message]:
         """``before_run`` without blocking the event loop."""
-        return await self._in_pool(self.before_run, session, list(new_messages))
+        return await self.dispatched(self.before_run, session, list(new_messages))
 
     async def aafter_run(self, session: Session, request_messages: Iterable[Message],
                          response_messages: Iterable[Message],
                          error: BaseException | None = None, *, complete: bool = True
                          ) -> int | None:
         """``after_run`` without blocking the event loop."""
-        return await self._in_pool(self.after_run, session, list(request_messages),
+        return await self.dispatched(self.after_run, session, list(request_messages),
                                    list(response_messages), error, complete=complete)
 
 

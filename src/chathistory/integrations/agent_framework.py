@@ -42,7 +42,6 @@ is not stored again (the framework drops only a repeated tail).
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -324,19 +323,19 @@ class ChatHistoryAgentProvider(HistoryProvider):
     async def before_run(self, *, agent: Any, session: AgentSession, context: SessionContext,
                          state: dict[str, Any]) -> None:
         """Add the history the policy selects to the context."""
-        ours = await asyncio.to_thread(self._session, session.session_id, state)
+        ours = await self.history.dispatched(self._session, session.session_id, state)
         new = from_agent_framework(context.input_messages)
         prompt = await self.history.abefore_run(ours, new)
         self._keep(ours, state)
         loaded = [m for m in prompt if from_history(m)]
         if self.store is not None:
-            loaded = await asyncio.to_thread(resolved, self.store, loaded, self.tenant)
+            loaded = await self.history.dispatched(resolved, self.store, loaded, self.tenant)
         context.extend_messages(self, to_agent_framework(loaded))
 
     async def after_run(self, *, agent: Any, session: AgentSession, context: SessionContext,
                         state: dict[str, Any]) -> None:
         """Store the turn (nothing when the run has no response)."""
-        ours = await asyncio.to_thread(self._session, session.session_id, state)
+        ours = await self.history.dispatched(self._session, session.session_id, state)
         response = context.response
         if response is None:
             await self.history.aafter_run(ours, [], [], complete=False)
@@ -365,7 +364,7 @@ class ChatHistoryAgentProvider(HistoryProvider):
     async def get_messages(self, session_id: str | None, *,
                            state: dict[str, Any] | None = None, **kwargs: Any) -> list[AFMessage]:
         """Every live stored message of the session."""
-        return to_agent_framework(await asyncio.to_thread(self._stored, session_id, state))
+        return to_agent_framework(await self.history.dispatched(self._stored, session_id, state))
 
     async def save_messages(self, session_id: str | None, messages: Sequence[AFMessage], *,
                             state: dict[str, Any] | None = None, **kwargs: Any) -> None:
@@ -381,5 +380,5 @@ class ChatHistoryAgentProvider(HistoryProvider):
             return
         if session_id is None:
             raise ValueError("a session id is needed to write to a store")
-        await asyncio.to_thread(append_creating, self.store, session_id, ours,
+        await self.history.dispatched(append_creating, self.store, session_id, ours,
                                 tenant=self.tenant)

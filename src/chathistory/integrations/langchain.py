@@ -38,7 +38,6 @@ not stored again (``idempotent_ids``).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import Sequence
 from typing import Any
@@ -416,7 +415,7 @@ class ChatHistoryMessageHistory(BaseChatMessageHistory):
 
     async def aget_messages(self) -> list[BaseMessage]:
         """``messages`` without blocking the event loop."""
-        return to_langchain(await asyncio.to_thread(or_empty, self._read))
+        return to_langchain(await self.async_store.call(self.tenant, or_empty, self._read))
 
     # ------------------------------------------------------------------ writing
 
@@ -439,7 +438,7 @@ class ChatHistoryMessageHistory(BaseChatMessageHistory):
 
     async def aclear(self) -> None:
         """``clear`` without blocking the event loop."""
-        await asyncio.to_thread(self.clear)
+        await self.async_store.call(self.tenant, self.clear)
 
 
 def _newest(messages: list[Message], n: int, keep_system: bool) -> list[Message]:

@@ -55,7 +55,6 @@ another adapter) are returned as ``to_openai_responses`` encodes them
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import Mapping
@@ -182,7 +181,7 @@ class ChatHistorySession:
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The session's items, oldest first; with ``limit``, the newest ``limit``."""
         resolved_limit = resolve_session_limit(limit, self.session_settings)
-        return await asyncio.to_thread(self._items, resolved_limit)
+        return await self.async_store.call(self.tenant, self._items, resolved_limit)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items in one atomic write (nothing is stored if one is invalid)."""
@@ -194,8 +193,8 @@ class ChatHistorySession:
                 messages.append(message_of(cast(Mapping[str, Any], item)))
             except InvalidMessage as exc:
                 raise exc.under(f"$[{i}]") from None
-        await asyncio.to_thread(append_creating, self.store, self.session_id, messages,
-                                tenant=self.tenant)
+        await self.async_store.call(self.tenant, append_creating, self.store,
+                                    self.session_id, messages, tenant=self.tenant)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item; None when the session is empty."""
