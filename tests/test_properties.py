@@ -1,4 +1,4 @@
-"""Property tests for the invariants of DESIGN.md as they apply to ``History`` and
+"""Property tests for the invariants of docs/architecture.md as they apply to ``History`` and
 ``chathistory.groups``: dedup by id (1), order (2), pair safety (3), system and
 developer messages kept (4), token budgets (5) and the codec round trip.
 

@@ -1,4 +1,4 @@
-"""Property tests for the reducers and the context window (DESIGN.md invariants 3-7).
+"""Property tests for the reducers and the context window (invariants 3-7 of docs/architecture.md).
 
 Random conversations (tool calls, parallel calls, reasoning-only messages, orphan
 results, late results, custom roles, system and developer messages anywhere) come from

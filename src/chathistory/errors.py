@@ -62,7 +62,7 @@ class DuplicateMessage(InvalidMessage):
 
     Bad input like any invalid message, with the path to its id (``$[3].id``);
     ``add`` and ``extend`` never raise it: for them a present id is a retry and a
-    no-op (DESIGN invariant 1).
+    no-op (invariant 1 of docs/architecture.md).
     """
 
     def __init__(self, message_id: str, path: str = "$.id") -> None:

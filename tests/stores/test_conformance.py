@@ -853,8 +853,8 @@ def _check_reads(store: BaseStore, session_id: str, msgs: list[Message]) -> None
 @given(data=st.data())
 @_PAIRS
 def test_reads_equal_history_selectors(store: BaseStore, data: st.DataObject) -> None:
-    """Pair safety at every read (DESIGN invariant 3): for conversations of mixed shapes
-    (calls split across messages, parallel results in any order, reasoning, results
+    """Pair safety at every read (docs/architecture.md, invariant 3): for conversations of mixed
+    shapes (calls split across messages, parallel results in any order, reasoning, results
     not yet arrived) appended in any batches, tail, window, range, context and mark
     agree with ``History`` and never yield a result without its call."""
     msgs = data.draw(pair_shapes.conversations(), "messages")

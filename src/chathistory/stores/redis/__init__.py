@@ -30,7 +30,7 @@ Durability depends on the server's persistence settings, not on this module:
 - AOF ``appendfsync everysec`` (the usual choice): a crash of the server
   process or the OS loses at most about the last second of acknowledged writes;
 - AOF ``appendfsync always``: every acknowledged write survives a crash
-  (DESIGN invariant 8 holds only with this setting).
+  (invariant 8 of docs/architecture.md holds only with this setting).
 
 Replication is asynchronous; issue ``WAIT`` / ``WAITAOF`` (7.2+) yourself when a
 write must reach replicas before you acknowledge it.
