@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chathistory import History, Message
-from chathistory.tokens import ApproxCounter, CallableCounter, TokenCounter
+from chathistory.tokens import ApproxCounter, CallableCounter, TokenCounter, cached_count
 from chathistory.window import ContextWindow, WindowPlan
 
 COUNTERS: dict[str, TokenCounter] = {
@@ -49,6 +49,19 @@ def _check(plan: WindowPlan, previous: list[tuple[str, int]], counter: TokenCoun
     assert position == used
 
 
+def _check_eviction(plan: WindowPlan, window: ContextWindow, history: History,
+                    counter: TokenCounter) -> None:
+    """An eviction goes down to ``low_water_tokens`` and no further: with the newest
+    message it evicted back, the prompt would be over (every message here is a group
+    of its own); it stops above only when nothing but the head and the newest is left."""
+    if not plan.evicted_ids:
+        return
+    low = window.low_water_tokens
+    assert plan.total_tokens <= low or len(plan.messages) - plan.head_count == 1
+    newest = max(history.index(history.get(i)) for i in plan.evicted_ids)
+    assert plan.total_tokens + cached_count(history[newest], counter) > low
+
+
 @given(data=st.data(), first=st.sampled_from(sorted(COUNTERS)),
        max_tokens=st.integers(60, 400), low=st.floats(0.3, 1.0),
        pin=st.floats(0.0, 0.5))
@@ -73,6 +86,7 @@ def test_reused_prefix_is_the_shared_layout(data: st.DataObject, first: str, max
             window = ContextWindow.from_dict(state, history, counter=counter)
         plan = window.plan(history)
         _check(plan, previous, counter)
+        _check_eviction(plan, window, history, counter)
         if data.draw(st.booleans(), f"commit {step}"):
             window.commit()
         previous = _layout(plan)
