@@ -194,3 +194,18 @@ def test_the_counter_cache_never_holds_a_made_up_name() -> None:
         get_counter(huge)
     assert len(str(caught.value)) < 500  # not echoed whole
     assert set(tokens._counters) <= {"o200k_base", "cl100k_base", "approx"}
+
+
+def test_an_approx_counter_is_made_again_from_its_name() -> None:
+    """``ApproxCounter.name`` (``approx:4``) is what a saved window or a message's cached
+    counts record: ``get_counter`` must take it back."""
+    from chathistory.tokens import ApproxCounter, get_counter
+
+    default = get_counter("approx")
+    assert get_counter(default.name) is default and default.name == "approx:4"
+    other = get_counter("approx:3.5")
+    assert isinstance(other, ApproxCounter) and other.name == "approx:3.5"
+    assert other.count_text("x" * 7) == 2
+    for bad in ("approx:0", "approx:", "approx:x", "approx:1000"):
+        with pytest.raises(ValueError, match="approx:N"):
+            get_counter(bad)

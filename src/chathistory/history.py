@@ -66,7 +66,7 @@ class History(MutableSequence[Message]):
     ``extend`` and the ``add_*`` shortcuts, not after edits in the middle.
     """
 
-    __slots__ = ("_counter", "_groups", "_ids", "_kept", "_messages", "_totals",
+    __slots__ = ("_counter", "_edits", "_groups", "_ids", "_kept", "_messages", "_totals",
                  "auto_reduce", "metadata", "reducer")
 
     def __init__(
@@ -86,8 +86,16 @@ class History(MutableSequence[Message]):
         self._groups: Groups | None = Groups()  # None: stale after a middle edit
         self._kept: list[int] = []  # indices of system and developer messages
         self._totals: dict[str, _Totals] = {}  # counter name -> running totals
+        self._edits = 0  # changes other than appends (see ``edits``)
         self.metadata: dict[str, Any] = metadata or {}
         self.extend(messages)
+
+    @property
+    def edits(self) -> int:
+        """How many times the history changed other than by appending (an edit, an
+        insert, a removal, ``replace``): while it stays the same, whoever saw the
+        history before (a ``ContextWindow``) needs to read only what was appended."""
+        return self._edits
 
     # ------------------------------------------------------------------ list-like
 
@@ -350,6 +358,7 @@ class History(MutableSequence[Message]):
         """Replace the whole content (what reducers do); validates like ``extend``."""
         batch = list(messages)  # before clearing: ``messages`` may be this history
         old = self._messages
+        self._edits += 1
         self._messages, self._ids = [], {}
         self._groups, self._kept = Groups(), []
         self._totals = {name: _Totals(t.counter) for name, t in self._totals.items()}
@@ -406,6 +415,7 @@ class History(MutableSequence[Message]):
             for message in batch:
                 self._append(message)
             return
+        self._edits += 1
         removed = [m.id for m in messages[start:stop]]
         messages[start:stop] = batch
         self._reindex_from(start, removed)
@@ -415,6 +425,7 @@ class History(MutableSequence[Message]):
         them when ``batch`` is empty."""
         if not positions:
             return
+        self._edits += 1
         messages = self._messages
         removed = [messages[i].id for i in positions]
         if batch:

@@ -297,9 +297,23 @@ def model_encoding(name: str) -> str | None:
     return None
 
 
+def _approx_ratio(spec: str) -> float:
+    """The characters per token of an ``approx:N`` name (what ``ApproxCounter.name``
+    records, so a saved window or count names a counter that can be made again)."""
+    try:
+        ratio = float(spec[len("approx:"):])
+    except ValueError:
+        ratio = 0.0
+    if not 0.5 <= ratio <= 100:
+        raise ValueError(f"unknown tokenizer {spec[:60]!r}: approx:N takes N characters per "
+                         "token, 0.5 to 100")
+    return ratio
+
+
 def get_counter(spec: str | TokenCounter | Callable[[str], int] | None = None) -> TokenCounter:
     """A counter from a name: ``o200k_base`` (the default), ``cl100k_base``,
-    ``approx``, or an OpenAI model name (``gpt-4o`` -> o200k_base, see
+    ``approx`` (also by its counter's name, ``approx:4``, or another ratio such as
+    ``approx:3.5``), or an OpenAI model name (``gpt-4o`` -> o200k_base, see
     ``model_encoding``); a counter is returned as is and a plain callable is wrapped
     in ``CallableCounter``. Any other name raises ``ValueError``."""
     if spec is None:
@@ -313,6 +327,11 @@ def get_counter(spec: str | TokenCounter | Callable[[str], int] | None = None) -
             counter = EncodingCounter(spec)
         elif spec == "approx":
             counter = ApproxCounter()
+        elif spec.startswith("approx:"):
+            ratio = _approx_ratio(spec)
+            if ratio == ApproxCounter().chars_per_token:
+                return get_counter("approx")
+            return ApproxCounter(ratio)  # not cached: a name a caller made up is not kept
         else:
             encoding = model_encoding(spec)
             if encoding is None:

@@ -113,6 +113,7 @@ class ContextWindow:
         self._live: list[Message] = []
         self._seen = 0
         self._seen_last: Message | None = None
+        self._seen_edits: tuple[int, int] | None = None  # (id of the History, its edits)
 
     # ------------------------------------------------------------------ planning
 
@@ -195,10 +196,16 @@ class ContextWindow:
     def _candidates(self, history: Sequence[Message]) -> list[Message]:
         """The messages this plan considers, none evicted: the last plan's (loaded or
         not: the caller filters) and what was appended since, when the history only grew
-        since then (its last-seen message is the same object at the same place);
-        otherwise the whole history. So a turn costs O(window + new), not O(history)."""
+        since then (the same ``History``, no ``edits`` since, its last-seen message the
+        same object at the same place); otherwise the whole history (always for a plain
+        list, whose edits cannot be seen). So a turn costs O(window + new), not
+        O(history)."""
         seen, n = self._seen, len(history)
-        grew = 0 < seen <= n and history[seen - 1] is self._seen_last
+        edits = getattr(history, "edits", None)
+        stamp = None if not isinstance(edits, int) else (id(history), edits)
+        grew = (stamp is not None and stamp == self._seen_edits and 0 < seen <= n
+                and history[seen - 1] is self._seen_last)
+        self._seen_edits = stamp
         evicted = self._evicted
         fresh = (history[i] for i in range(seen, n)) if grew else history
         # the last plan's own are never evicted ones (plan drops those it evicts)
