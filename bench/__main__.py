@@ -11,13 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import foundation, service, stores, window
+from . import foundation, service, stores, window, writes
 
 SUITES: dict[str, Callable[..., dict[str, Any]]] = {
     "foundation": foundation.run,
     "window": window.run,
     "service": service.run,
     "stores": stores.run,
+    "writes": writes.run,
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 
