@@ -351,3 +351,19 @@ def test_pinned_groups_give_way_before_the_whole_head() -> None:
     plan = w.plan(h)
     assert plan.message_ids == [opening.id, question.id]
     assert plan.evicted_ids == [call.id, result.id] and plan.head_count == 1
+
+
+def test_eviction_stops_when_it_reaches_low_water_exactly() -> None:
+    """Equal messages, a low-water mark an exact number of them below the prompt: the
+    eviction frees exactly what it needs and not one message more."""
+    msgs = [Message.user(f"message {i:03d}") for i in range(11)]
+    size = cached_count(msgs[0], APPROX)
+    assert {cached_count(m, APPROX) for m in msgs} == {size}
+    w = ContextWindow(10 * size + 3, counter=APPROX, low_water_tokens=7 * size + 3,
+                      pin_tokens=0)
+    h = History(msgs[:10])
+    assert not w.plan(h).evicted_ids  # exactly full
+    h.add(msgs[10])
+    plan = w.plan(h)
+    assert plan.evicted_ids == [m.id for m in msgs[:4]]
+    assert plan.total_tokens == w.low_water_tokens
