@@ -90,6 +90,8 @@ def test_shortcuts_pass_everything_on(png_bytes: bytes) -> None:
     failed = history.add_tool_result("c1", "boom", True, name="f")
     part = failed.parts[0]
     assert isinstance(part, ToolResult) and (part.is_error, part.name) == (True, "f")
+    with pytest.raises(InvalidMessage):
+        history.add_user()  # nothing in it
     assert History(metadata={"app": 1}).metadata == {"app": 1}
     assert History().metadata == {}
 
@@ -111,6 +113,36 @@ def test_a_failed_auto_reduce_undoes_only_the_add() -> None:
         assert history.messages == base
 
 
+def test_edits_count_every_change_but_an_append() -> None:
+    """``edits`` (what a ContextWindow trusts to read only the appended tail) goes up by
+    one for each edit, insert, removal or replacement, and never for an append."""
+    history = History(chat(6))
+    assert history.edits == 0
+    history.add_user("appended")
+    history.extend([Message.user("more")])
+    history.append(Message.user("and more"))
+    assert history.edits == 0
+    changes: list[Callable[[], object]] = [
+        lambda: history.__setitem__(0, Message.user("edited")),
+        lambda: history.insert(1, Message.user("inserted")),
+        lambda: history.__delitem__(2),
+        lambda: history.__delitem__(slice(None, None, 3)),
+        lambda: history.__setitem__(slice(0, 2), [Message.user("a"), Message.user("b")]),
+        lambda: history.__setitem__(slice(None, None, 2),
+                                    [Message.user(f"s{k}") for k in range(len(history[::2]))]),
+        lambda: history.replace(chat(3)),
+        lambda: history.pop(0),
+    ]
+    for k, change in enumerate(changes, 1):
+        change()
+        assert history.edits == k
+
+
+class _PlainReducer:  # only the sync method: areduce calls it
+    def reduce(self, messages: Sequence[Message]) -> list[Message] | None:
+        return list(messages[-2:])
+
+
 def test_areduce_applies_the_reducer() -> None:
     base = chat(10)
     history = History(base)
@@ -121,6 +153,9 @@ def test_areduce_applies_the_reducer() -> None:
     own = History([Message.from_json(m.to_json()) for m in base],
                   reducer=MessageCountReducer(4))
     assert asyncio.run(own.areduce()) is True and len(own) == len(history)
+    plain = History(base[:5])
+    assert asyncio.run(plain.areduce(_PlainReducer())) is True
+    assert [m.id for m in plain] == [m.id for m in base[3:5]]
 
 
 def test_counters_given_per_call_are_used() -> None:

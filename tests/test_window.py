@@ -367,3 +367,22 @@ def test_eviction_stops_when_it_reaches_low_water_exactly() -> None:
     plan = w.plan(h)
     assert plan.evicted_ids == [m.id for m in msgs[:4]]
     assert plan.total_tokens == w.low_water_tokens
+
+
+def test_another_history_is_read_whole() -> None:
+    """A window that planned one History and then gets another (a copy that shares some
+    message objects, as ``History(old.messages)`` does) reads all of the other."""
+    first = History([Message.system("s"), turn(0)])
+    w = ContextWindow(10_000, counter=APPROX)
+    w.plan(first)
+    other = History([Message.user("another start"), first[1], turn(1)])
+    assert w.plan(other).message_ids == [m.id for m in other]
+
+
+def test_every_edit_is_planned() -> None:
+    h = History([Message.system("s"), turn(0), turn(1), turn(2)])
+    w = ContextWindow(10_000, counter=APPROX)
+    for k in range(3):
+        w.plan(h)
+        h[1 + k] = Message.user(f"edit {k}")
+        assert w.plan(h).message_ids == [m.id for m in h], k

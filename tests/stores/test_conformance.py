@@ -542,6 +542,60 @@ def test_one_id_twice_in_one_append(store: BaseStore) -> None:
     assert ids(store.tail(fork.id, 1)) == ids([call, result])
 
 
+def _long_conversation() -> list[Message]:
+    """Longer than the engine's read batches (64 rows, then doubling) and margins: a
+    tool group longer than a batch (a call, 80 messages, its result), a system message
+    far back, parallel results at batch edges."""
+    msgs = [Message.system("rules"), *chat(40, "a")]
+    msgs.append(Message.assistant("", [{"id": "long", "name": "f"}]))
+    msgs += chat(80, "while")
+    msgs.append(Message.tool_result("long", "at last"))
+    for i in range(12):
+        msgs += tool_turn(100 + i)
+    return msgs
+
+
+def _check_long(store: BaseStore, session_id: str, msgs: list[Message]) -> None:
+    history = History(msgs, counter=store.counter)
+    n = len(msgs)
+    for k in (1, 2, 63, 64, 65, 72, 73, 120, 160, n):
+        assert ids(store.tail(session_id, k)) == ids(history.recent(k)), ("tail", k)
+    for start, stop in ((0, 5), (41, 42), (60, 61), (100, 101), (121, 123), (125, 190),
+                        (3, n), (n - 1, n)):
+        assert ids(store.range(session_id, start, stop)) == ids(
+            history.range(n - start, n - stop)), ("range", start, stop)
+    total = history.token_count() + store.counter.priming_tokens
+    for budget in (total // 5, total // 2, total - 40, total):
+        for keep in (False, True):
+            assert ids(store.window(session_id, budget, keep_system=keep)) == ids(
+                history.by_tokens(budget, keep_system=keep)), ("window", budget, keep)
+    assert ids(store.window(session_id, total // 2)) == ids(history.by_tokens(total // 2))
+    for head, tail in ((30, 2), (45, 20), (3, 100), (0, 90)):
+        assert ids(store.context(session_id, head, tail)) == pair_shapes.expected_context(
+            history, head, tail), ("context", head, tail)
+
+
+def test_reads_of_a_long_session_equal_history(store: BaseStore) -> None:
+    msgs = _long_conversation()
+    s = store.create_session()
+    for start in range(0, len(msgs), 50):
+        store.append(s.id, msgs[start:start + 50])
+    _check_long(store, s.id, msgs)
+    # a fork that inherits all but its last messages, and a mark inside the long group
+    fork = store.fork(s.id, msgs[-20].id)
+    store.append(fork.id, msgs[-19:])  # the same messages: inherited ids, stored by the fork
+    extra = chat(6, "fork")
+    store.append(fork.id, extra)
+    _check_long(store, fork.id, [*msgs, *extra])
+    group = ids(msgs[41:123])
+    assert store.mark(s.id, [msgs[100].id], KVStatus.MARKED) == len(group)
+    kept = [m for m in msgs if m.id not in group]
+    assert ids(store.tail(s.id, len(msgs))) == ids(kept)
+    assert ids(store.context(s.id, 50, 200)) == ids(kept)
+    assert ids(store.window(s.id, 100_000, keep_system=True)) == ids(kept)
+    assert ids(store.range(s.id, 60, 61, include_marked=False)) == []
+
+
 def test_range_by_position(store: BaseStore) -> None:
     s = store.create_session()
     msgs = [*chat(3), *tool_turn(0), *chat(3, "z")]
