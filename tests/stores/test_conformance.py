@@ -493,6 +493,19 @@ def test_late_result_in_a_fork(store: BaseStore) -> None:
     store.append(last.id, [result])  # joins a row of twice's and one of middle's
     _check_late(store, last.id, [user, call, more, result])
     assert ids(store.tail(middle.id, 1)) == [more.id]
+    # the fork stores a message of its own first, then the result of an inherited call
+    own = store.fork(twice.id)
+    store.append(own.id, [more])
+    store.append(own.id, [result])
+    _check_late(store, own.id, [user, call, more, result])
+    # the call two forks up, found before the oldest ancestor is reached
+    root = store.create_session()
+    store.append(root.id, [user])
+    holder = store.fork(root.id)
+    store.append(holder.id, [call, more])
+    answered = store.fork(holder.id)
+    store.append(answered.id, [result])
+    _check_late(store, answered.id, [user, call, more, result])
 
 
 def test_late_results_of_split_calls_in_reverse_order(store: BaseStore) -> None:
@@ -596,6 +609,69 @@ def test_reads_of_a_long_session_equal_history(store: BaseStore) -> None:
     assert ids(store.range(s.id, 60, 61, include_marked=False)) == []
 
 
+def test_a_group_longer_than_a_read_batch_from_the_first_message(store: BaseStore) -> None:
+    msgs = [Message.assistant("", [{"id": "first", "name": "f"}]), *chat(90, "w"),
+            Message.tool_result("first", "done"), *chat(3, "z")]
+    s = store.create_session()
+    store.append(s.id, msgs)
+    group = ids(msgs[:92])
+    for start in (0, 1, 65, 66, 80, 91):
+        assert ids(store.range(s.id, start, start + 1)) == group, start
+    assert ids(store.tail(s.id, 4)) == group + ids(msgs[92:])
+    assert store.mark(s.id, [msgs[50].id], KVStatus.MARKED) == len(group)
+    assert ids(store.context(s.id, 0, 200)) == ids(msgs[92:])
+    before, middle, after = chat(4), [Message.user("m1"), Message.assistant("m2")], chat(3, "a")
+    later = store.create_session()
+    store.append(later.id, [*before, msgs[0], *middle, Message.tool_result("first", "r"),
+                            *after])
+    store.mark(later.id, [middle[0].id], KVStatus.MARKED)  # the group in the middle goes
+    assert ids(store.context(later.id, 0, 100)) == ids(before + after)
+
+
+def test_reads_with_another_counter_defaults_and_marks(store: BaseStore) -> None:
+    """``window`` with a counter not the store's (nor the default), ``keep_system`` with
+    a marked system message, and the defaults of the JSON reads."""
+    from chathistory.model.codec import encode
+
+    rules, old_rules = Message.system("rules"), Message.system("older rules")
+    msgs = [old_rules, rules, *chat(30), *tool_turn(0), *chat(4, "z")]
+    s = store.create_session()
+    store.append(s.id, msgs)
+    exact = History(msgs, counter="cl100k_base")
+    total = exact.token_count("cl100k_base") + 3
+    for budget in (40, total // 2, total):
+        for keep in (False, True):
+            got = store.window(s.id, budget, "cl100k_base", keep_system=keep)
+            assert ids(got) == ids(exact.by_tokens(budget, keep_system=keep)), (budget, keep)
+            assert store.window_json(s.id, budget, "cl100k_base", keep_system=keep) == encode(
+                got)
+    assert store.window_json(s.id, 60) == encode(store.window(s.id, 60))
+    assert rules.id not in ids(store.window(s.id, 60))  # keep_system is off by default
+    store.mark(s.id, [old_rules.id], KVStatus.MARKED)
+    assert ids(store.window(s.id, 10_000, keep_system=True))[:1] == [rules.id]
+    assert old_rules.id not in ids(store.context(s.id, 0, 2))
+    assert rules.id in ids(store.context(s.id, 0, 2))
+    assert store.tail_json(s.id, 100) == encode(store.tail(s.id, 100))  # marked left out
+    assert old_rules.id not in ids(msgspec.json.decode(store.tail_json(s.id, 100), type=list[
+        Message]))
+    marked_only = msgspec.json.decode(store.range_json(s.id, 0, 1), type=list[Message])
+    assert [(m.id, m.kv_status) for m in marked_only] == [(old_rules.id, KVStatus.MARKED)]
+    assert store.range_json(s.id) == encode(store.range(s.id))  # marked kept by default
+
+
+def test_reads_name_their_tenant(store: BaseStore) -> None:
+    for tenant, text in (("t", "tenant t"), ("b", "tenant b")):
+        store.create_session("same", tenant=tenant)
+        store.append("same", [Message.user(text)], tenant=tenant)
+    store.append("same", [Message.assistant("second in b")], tenant="b")
+    assert store.append("same", [], tenant="t") == 1
+    assert [m.text for m in store.context("same", 5, 5, tenant="t")] == ["tenant t"]
+    first_b = store.range("same", tenant="b")[0]
+    assert store.get("same", first_b.id, tenant="b").text == "tenant b"
+    with pytest.raises(NotFound):
+        store.get("same", first_b.id, tenant="t")
+
+
 def test_range_by_position(store: BaseStore) -> None:
     s = store.create_session()
     msgs = [*chat(3), *tool_turn(0), *chat(3, "z")]
@@ -688,7 +764,11 @@ def test_fork_shares_the_prefix(store: BaseStore) -> None:
     history = History(msgs[:4] + extra, counter=store.counter)
     assert ids(store.window(fork.id, 40)) == ids(history.by_tokens(40))
     assert ids(store.tail(fork.id, 3)) == ids((msgs[:4] + extra)[-3:])
-    assert store.append(fork.id, [msgs[0]]) == store.get_session(fork.id).version  # inherited
+    version = store.get_session(fork.id).version
+    assert store.append(fork.id, [msgs[0]]) == version  # inherited: nothing written
+    assert store.get_session(fork.id).version == version
+    with pytest.raises(NotFound):
+        store.get(fork.id, msgs[4].id)  # the parent's, past the fork point
     assert store.pop(s.id).id == msgs[5].id  # type: ignore[union-attr]
     assert store.pop(s.id).id == msgs[4].id  # type: ignore[union-attr]
     with pytest.raises(Conflict):

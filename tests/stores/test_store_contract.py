@@ -6,6 +6,7 @@ these first and words them its own way (tests/server)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -14,6 +15,7 @@ import pytest
 from chathistory import Conflict, InvalidMessage, Message, NotFound
 from chathistory.errors import InvalidArgument
 from chathistory.stores import BaseStore
+from chathistory.tokens import cached_count, get_counter
 
 
 def _error(call: Callable[[], object]) -> BaseException:
@@ -97,10 +99,28 @@ def test_read_arguments_and_missing_things(store: BaseStore) -> None:
              "session 'reads' is at version 1, not 0")
     _refused(lambda: store.update_session(s.id, state={}, expected_version=0), Conflict,
              "session 'reads' is at version 1, not 0")
-    _refused(lambda: store.append(s.id, [Message.tool_result("ghost", "x")],
-                                  reject_orphans=True), InvalidMessage,
-             "tool result answers call 'ghost', which is not earlier in the conversation "
-             "- at `$[0].parts`")
+    store.append(s.id, [Message.assistant("", [{"id": "known", "name": "f"}])])
+    both = Message(role="tool", parts=[*Message.tool_result("known", "ok").parts,
+                                       *Message.tool_result("ghost", "x").parts])
+    _refused(lambda: store.append(s.id, [Message.user("fine"), both], reject_orphans=True),
+             InvalidMessage, "tool result answers call 'ghost', which is not earlier in the "
+             "conversation - at `$[1].parts`")
+    assert store.count(s.id) == 3
+
+
+def test_the_store_counts_with_its_own_counter(store: BaseStore) -> None:
+    assert store.counter.name == get_counter("approx").name  # what conftest asked for
+    s = store.create_session()
+    store.append(s.id, [Message.user("a few words here")])
+    assert store.get_session(s.id).token_count == cached_count(
+        Message.user("a few words here"), get_counter("approx"))
+
+
+def test_an_expired_session_takes_no_append(store: BaseStore) -> None:
+    s = store.create_session(ttl=0.1)
+    time.sleep(0.25)
+    with pytest.raises(NotFound):
+        store.append(s.id, [Message.user("too late")])
 
 
 def test_listing_bounds_cursors_and_search(store: BaseStore) -> None:
@@ -122,6 +142,11 @@ def test_listing_bounds_cursors_and_search(store: BaseStore) -> None:
     _refused(lambda: store.list_sessions(cursor=old, order="recent"), InvalidArgument,
              "this cursor is for order=created, not order=recent")
     _refused(lambda: store.list_sessions(cursor="x|y"), InvalidArgument, "bad cursor 'x|y'")
+    # a filter that keeps few sessions of each batch: each kept once, in order
+    for i in range(10):
+        store.create_session(f"f{i}", tenant="filtered", metadata={"rare": i in (3, 6)})
+    assert [s.id for s in store.list_sessions(tenant="filtered", metadata={"rare": True},
+                                              limit=3).items] == ["f3", "f6"]
     store.append("s07", [Message.user("the Zyx code")])
     assert [s.id for s in store.list_sessions(query="zyx").items] == ["s07"]
     assert store.list_sessions(query="Ayx").items == []  # every character counts
