@@ -41,10 +41,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="service: only a memory soak of appends for this long (e.g. 600)")
     parser.add_argument("--workers", type=int, default=max(1, os.cpu_count() or 1),
                         help="service: uvicorn worker processes (default: one per CPU)")
+    parser.add_argument("--cells", default="",
+                        help="writes: the cells to run, comma-separated (" +
+                        ", ".join([*writes.CELLS, "growth"]) + "; default all)")
     args = parser.parse_args(argv)
+    cells = [c for c in args.cells.split(",") if c]
+    unknown = set(cells) - {*writes.CELLS, "growth"}
+    if unknown:
+        parser.error(f"unknown cell(s): {', '.join(sorted(unknown))}")
     for name in args.suites or list(SUITES):
-        options = ({"duration": args.duration, "soak": args.soak, "workers": args.workers}
-                   if name == "service" else {})
+        options: dict[str, Any] = (
+            {"duration": args.duration, "soak": args.soak, "workers": args.workers}
+            if name == "service" else {"cells": cells} if name == "writes" else {})
         results = SUITES[name](quick=args.quick, **options)
         args.results.mkdir(parents=True, exist_ok=True)
         stem = f"{name}-soak" if name == "service" and args.soak else name

@@ -72,6 +72,7 @@ from .stores import (
 PEER_LIMIT = 1.0  # ours / best peer, at most (at or ahead)
 FLOOR_LIMIT = 1.5  # ours / floor, at most (single-writer cells)
 THREADS = 8
+CELLS = ("sqlite_full", "pg_append", "pg_threads", "redis_tail", "redis_threads")
 TAIL_N = 20
 LOAD_BATCH = 1000
 VERSIONED = ("chathistory", "openai-agents", "langchain-postgres", "langchain-community",
@@ -732,7 +733,11 @@ def _summary(cells: list[Cell], results: list[dict[str, Any]],
         "single-writer cells (the 8-thread cells' floor ratio is for information)")
 
 
-def run(quick: bool = False, out: Callable[[str], None] = print) -> dict[str, Any]:
+def run(quick: bool = False, out: Callable[[str], None] = print,
+        cells: Sequence[str] = ()) -> dict[str, Any]:
+    """The cells named in ``cells`` (keys: sqlite_full, pg_append, pg_threads, redis_tail,
+    redis_threads, growth; default all)."""
+    wanted_cells = set(cells) or {*CELLS, "growth"}
     warnings.simplefilter("ignore")
     started = time.perf_counter()
     s = settings(quick)
@@ -755,7 +760,9 @@ def run(quick: bool = False, out: Callable[[str], None] = print) -> dict[str, An
     done: list[Cell] = []
     reports: list[dict[str, Any]] = []
 
-    def cell_run(build: Callable[[], Cell]) -> None:
+    def cell_run(build: Callable[[], Cell], key: str) -> None:
+        if key not in wanted_cells:
+            return
         try:
             cell = build()
         except Exception as exc:
@@ -774,7 +781,7 @@ def run(quick: bool = False, out: Callable[[str], None] = print) -> dict[str, An
     tmp = Path(tempfile.mkdtemp(prefix="writes-", dir=RESULTS))  # on disk, not tmpfs
     out("")
     try:
-        cell_run(lambda: sqlite_full(messages, s, tmp, durability))
+        cell_run(lambda: sqlite_full(messages, s, tmp, durability), "sqlite_full")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -788,8 +795,8 @@ def run(quick: bool = False, out: Callable[[str], None] = print) -> dict[str, An
         out(f"PostgreSQL unavailable: {type(exc).__name__}: {exc}")
     if pg is not None:
         try:
-            cell_run(lambda: pg_append(messages, s, pg))
-            cell_run(lambda: pg_threads(messages, s, pg))
+            cell_run(lambda: pg_append(messages, s, pg), "pg_append")
+            cell_run(lambda: pg_threads(messages, s, pg), "pg_threads")
         finally:
             pg.close()
 
@@ -798,12 +805,12 @@ def run(quick: bool = False, out: Callable[[str], None] = print) -> dict[str, An
         "none waits for more than the server's acknowledgement)")
     prefix = f"benchw{uuid.uuid4().hex[:8]}"
     try:
-        cell_run(lambda: redis_tail(messages, built, s, prefix, out))
-        cell_run(lambda: redis_threads(messages, s, prefix))
+        cell_run(lambda: redis_tail(messages, built, s, prefix, out), "redis_tail")
+        cell_run(lambda: redis_threads(messages, s, prefix), "redis_threads")
     finally:
         _flush_prefix(prefix)
 
-    growth = growth_row(quick, out)
+    growth = growth_row(quick, out) if "growth" in wanted_cells else None
     _summary(done, reports, growth, out)
     results["cells"] = reports
     results["growth"] = growth
