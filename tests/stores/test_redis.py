@@ -18,8 +18,10 @@ from typing import Any
 import pair_shapes
 import pytest
 import test_conformance as conformance  # the suite's functions, rerun here on a cluster
+from written_script import concurrent_writers, random_script, run_script
 
 from chathistory import Attachment, KVStatus, Message, MissingDependency
+from chathistory.errors import ChatHistoryError
 from chathistory.stores.engine import recent_key
 from chathistory.stores.redis import RedisStore
 from chathistory.stores.redis.keys import escape
@@ -505,3 +507,133 @@ def test_m003_mends_group_flags_written_by_0_1_0(redis_store: RedisStore) -> Non
 
 def test_cluster_m003_mends_group_flags_written_by_0_1_0(store: RedisStore) -> None:
     _m003_mends(store)
+
+
+# ---------------------------------------------------------------- the one-round-trip path
+
+
+class _LongWayOnly(RedisStore):
+    """A store that never plans on its own copy of a session (``_append_as_written``):
+    every append reads the session and the batch's ids first."""
+
+    def _remember(self, key: Any, written: Any) -> None:
+        return None
+
+
+def _count_as_written(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What each call of ``_append_as_written`` comes to from now on: "written" or
+    "missed" (the append then goes the long way)."""
+    from chathistory.stores.redis import store as redis_module
+
+    outcomes: list[str] = []
+    as_written = RedisStore._append_as_written
+
+    def counted(self: RedisStore, *args: Any) -> Any:
+        result = as_written(self, *args)
+        outcomes.append("missed" if result is redis_module._MISSED else "written")
+        return result
+
+    monkeypatch.setattr(RedisStore, "_append_as_written", counted)
+    return outcomes
+
+
+def _stored_rows(store: RedisStore, session_ids: list[str]) -> dict[str, Any]:
+    """Every key of each session (the session hash without its incarnation, epoch and
+    timestamps), the tenant's assets, and what the reads of each session answer."""
+    import msgspec
+
+    from chathistory.stores import Session
+
+    stamp = "2000-01-01T00:00:00Z"
+    out: dict[str, Any] = {}
+    r = store._r
+    for sid in session_ids:
+        keys = store._keys("default", sid)
+        j = r.hget(keys.session, "j")
+        session = None if j is None else msgspec.json.decode(j, type=Session)
+        out[f"{sid}:session"] = (r.hget(keys.session, "v"), None if session is None else
+                                 msgspec.structs.replace(session, created_at=stamp,
+                                                         updated_at=stamp))
+        out[f"{sid}:rows"] = sorted(r.hgetall(keys.rows).items())
+        out[f"{sid}:over"] = sorted(r.hgetall(keys.over).items())
+        for name in ("ids", "cum", "kept", "calls"):
+            out[f"{sid}:{name}"] = r.zrange(getattr(keys, name), 0, -1, withscores=True)
+        out[f"{sid}:refs"] = sorted(r.smembers(keys.refs))
+        try:
+            out[sid] = (store.range(sid), store.tail(sid, 5), store.window(sid, 300))
+        except ChatHistoryError as exc:
+            out[sid] = (type(exc).__name__, str(exc))
+    out["assets"] = sorted(r.hgetall(store._tenant_key("default", "assets")).items())
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_appends_planned_on_the_written_copy_store_what_the_long_way_stores(
+        seed: int, png_bytes: bytes, monkeypatch: pytest.MonkeyPatch,
+        redis_store: RedisStore) -> None:
+    """The same random operations (retries of stored ids, If-Match, two store objects
+    writing one session in turn, forks, pops, marks, attachments, a session deleted and
+    made again) through stores that plan on their own copy of a session when they can,
+    and through stores that always read it first: the same answers, the same rows."""
+    ops = random_script(seed, 300, png_bytes)
+    names = sorted({op[2] for op in ops} | {op[4] for op in ops if op[0] == "fork"})
+    outcomes = _count_as_written(monkeypatch)
+    stores: list[RedisStore] = []
+    try:
+        for make in (RedisStore, _LongWayOnly):  # two store objects on one prefix
+            prefix = f"t{uuid.uuid4().hex[:12]}"
+            stores += [make(REDIS_URL, counter="approx", prefix=prefix,
+                            flush_prefix_on_close=True),
+                       make(REDIS_URL, counter="approx", prefix=prefix)]
+        fast, plain = stores[:2], stores[2:]
+        fast_answers = run_script(fast, ops)
+        fast_rows = _stored_rows(fast[0], names)
+        plain_answers = run_script(plain, ops)
+        plain_rows = _stored_rows(plain[0], names)
+        assert plain[0]._written == {} and plain[1]._written == {}
+        assert outcomes.count("written") > 30 and outcomes.count("missed") > 30, outcomes
+        assert fast_answers == plain_answers
+        assert fast_rows.keys() == plain_rows.keys()
+        for key in fast_rows:
+            assert fast_rows[key] == plain_rows[key], key
+        assert sum(type(a) is int for a in fast_answers) > 150  # most operations succeeded
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_concurrent_appends_planned_on_the_written_copy_store_every_message_once(
+        redis_store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two store objects, four threads, two sessions, every third append sent twice (a
+    retry), with and without the one-round-trip path: every message once, in each
+    writer's order, versions gapless, the same messages and totals either way."""
+    work = [[(Message.user if k % 2 else Message.assistant)(f"t{i} {k} " + "w " * (k % 13))
+             for k in range(60 if i % 2 == 0 else 15)] for i in range(4)]
+    outcomes = _count_as_written(monkeypatch)
+    results = []
+    for make in (RedisStore, _LongWayOnly):
+        prefix = f"t{uuid.uuid4().hex[:12]}"
+        writers = [make(REDIS_URL, counter="approx", prefix=prefix, flush_prefix_on_close=True),
+                   make(REDIS_URL, counter="approx", prefix=prefix)]
+        try:
+            for sid in ("c0", "c1"):
+                writers[0].create_session(sid)
+            versions = concurrent_writers(writers, work)
+            stored = {}
+            for s, sid in enumerate(("c0", "c1")):
+                mine = [i for i in range(len(work)) if i // 2 % 2 == s]
+                assert sorted(v for i in mine for v in versions[i]) == list(
+                    range(1, 1 + sum(len(work[i]) for i in mine)))
+                messages = writers[1].range(sid)
+                for i in mine:  # each thread's order kept
+                    assert [m.id for m in messages if m.text.startswith(f"t{i} ")] == [
+                        m.id for m in work[i]]
+                session = writers[1].get_session(sid)
+                stored[sid] = (sorted(m.id for m in messages), session.message_count,
+                               session.token_count, session.version)
+            results.append(stored)
+        finally:
+            for w in writers:
+                w.close()
+    assert "written" in outcomes and "missed" in outcomes, outcomes
+    assert results[0] == results[1]

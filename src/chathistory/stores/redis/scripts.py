@@ -4,9 +4,14 @@ the window read in one round trip. Each says its KEYS and ARGV."""
 
 # KEYS: session rows ids cum kept calls refs.  ARGV: v i r json new_v clear_lo clear_hi
 # nrows ncalls nrefs, then (seq id cum kept payload)*, (call_id seq)*, sha*.
+# 0: the session is not at v i r; -1: a row's id is stored already (an append planned on
+# the session as this process last wrote it takes the batch's ids to be new); 1: written.
 APPEND = """
 local s = redis.call('HMGET', KEYS[1], 'v', 'i', 'r')
 if s[1] ~= ARGV[1] or s[2] ~= ARGV[2] or s[3] ~= ARGV[3] then return 0 end
+for p = 12, 12 + 5 * (tonumber(ARGV[8]) - 1), 5 do
+  if redis.call('ZSCORE', KEYS[3], ARGV[p]) then return -1 end
+end
 for seq = tonumber(ARGV[6]), tonumber(ARGV[7]) - 1 do
   local row = redis.call('HGET', KEYS[2], tostring(seq))
   if row then redis.call('HSET', KEYS[2], tostring(seq), string.sub(row, 1, 1) .. '0' ..

@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 
-from ...errors import Conflict, MissingDependency
+from ...errors import ChatHistoryError, Conflict, MissingDependency
 from ...model import KEPT_ROLES
 from ...tokens import TokenCounter
 from ..backend import recent_key
@@ -35,6 +35,13 @@ __all__ = ["RedisStore"]
 
 T = TypeVar("T")
 _CHUNK = 1000
+_WRITTEN_SESSIONS = 4096
+"""Sessions whose last write by this process is kept for the next append's plan."""
+_MISSED = object()
+
+_Written = tuple[tuple[str, str, str], Session]
+"""A session as this process last wrote it: its (version, incarnation, epoch) as the
+session hash holds them, and the session."""
 
 MIGRATIONS = ("m003_regroup",)
 """Named data steps, recorded in the ``P:migrations`` set once applied (Redis has no
@@ -49,19 +56,27 @@ class _Txn:
     """One optimistic attempt: reads through the client, buffers the write."""
 
     def __init__(self, store: RedisStore, tenant: str, session_id: str,
-                 ids: Sequence[str] = ()) -> None:
+                 ids: Sequence[str] = (), written: _Written | None = None) -> None:
         self.store, self.tenant, self.session_id = store, tenant, session_id
         self.keys = store._keys(tenant, session_id)
-        # the session and the batch's ids in one round trip (both in the session's slot)
-        pipe = store._r.pipeline(transaction=False)
-        pipe.hmget(self.keys.session, "v", "i", "r", "j")
-        if ids:
-            pipe.zmscore(self.keys.ids, list(ids))
-        found = pipe.execute()
-        v, i, r, j = found[0]
-        self._scores = dict(zip(ids, found[1], strict=True)) if ids else {}
-        self.token = (v, i, r)
-        self.session: Session | None = None if j is None else SESSION_DECODER.decode(j)
+        self.session: Session | None
+        if written is not None:
+            # planned on the session as this process last wrote it, none of the batch's
+            # ids taken to be stored: APPEND checks both and writes nothing if either is
+            # wrong (RedisStore._append_as_written)
+            self.token, self.session = written
+            self._scores: dict[str, Any] = dict.fromkeys(ids)
+        else:
+            # the session and the batch's ids in one round trip (both in the session's slot)
+            pipe = store._r.pipeline(transaction=False)
+            pipe.hmget(self.keys.session, "v", "i", "r", "j")
+            if ids:
+                pipe.zmscore(self.keys.ids, list(ids))
+            found = pipe.execute()
+            v, i, r, j = found[0]
+            self._scores = dict(zip(ids, found[1], strict=True)) if ids else {}
+            self.token = (_s(v), _s(i), _s(r))
+            self.session = None if j is None else SESSION_DECODER.decode(j)
         self.pending: tuple[list[Row], dict[str, int], tuple[int, int] | None, Session,
                             dict[str, tuple[bytes, str]]] | None = None
 
@@ -89,7 +104,7 @@ class _Txn:
         """Write the buffered append if the session did not change; False on a race."""
         assert self.pending is not None
         rows, calls, clear, session, assets = self.pending
-        v, i, r = (_s(x) for x in self.token)
+        v, i, r = self.token
         store = self.store
         if assets:  # tenant slot first: the reference exists before any row uses the asset
             tk = store._tenant_key
@@ -110,11 +125,16 @@ class _Txn:
         k = self.keys
         keys = [k.session, k.rows, k.ids, k.cum, k.kept, k.calls, k.refs]
         if store.cluster:  # the recent-order sets are in other slots: in steps around it
-            return store._saving(self.session, session,
-                                 lambda: bool(store._append_script(keys=keys, args=args)))
-        before = "" if self.session is None else recent_member(self.session)
-        return bool(store._append_script(keys=keys + store._recent_keys(session),
-                                         args=[*args, recent_member(session), before]))
+            done = store._saving(self.session, session,
+                                 lambda: store._append_script(keys=keys, args=args) == 1)
+        else:
+            before = "" if self.session is None else recent_member(self.session)
+            done = store._append_script(keys=keys + store._recent_keys(session),
+                                        args=[*args, recent_member(session), before]) == 1
+        if done:
+            store._remember((self.tenant, self.session_id), ((str(session.version), i, r),
+                                                             session))
+        return done
 
 
 class RedisStore(KeyLayout, BaseStore):
@@ -143,6 +163,7 @@ class RedisStore(KeyLayout, BaseStore):
         self.flush_prefix_on_close = flush_prefix_on_close
         url, from_url = _parse_url(url)
         self.cluster = from_url if cluster is None else cluster
+        self._written: dict[tuple[str, str], _Written] = {}
         # Any: redis-py's command methods are typed for sync and async clients at once
         self._r: Any
         timeouts = {"socket_connect_timeout": socket_connect_timeout,
@@ -261,6 +282,7 @@ class RedisStore(KeyLayout, BaseStore):
         return None if j is None else SESSION_DECODER.decode(j)
 
     def _b_save_session(self, session: Session, expected_version: int) -> bool:
+        self._written.pop((session.tenant, session.id), None)
         key = self._keys(session.tenant, session.id).session
         inc, j = self._r.hmget(key, "i", "j")
         if j is None:
@@ -368,6 +390,7 @@ class RedisStore(KeyLayout, BaseStore):
                              lambda s: (s.root_id or s.id) == root_id)
 
     def _b_delete_session(self, tenant: str, session_id: str) -> None:
+        self._written.pop((tenant, session_id), None)
         keys = self._keys(tenant, session_id)
         pipe = self._r.pipeline(transaction=False)
         pipe.hmget(keys.session, "i", "r", "j")
@@ -389,6 +412,11 @@ class RedisStore(KeyLayout, BaseStore):
 
     def _b_append(self, tenant: str, session_id: str, fn: Callable[[_Txn], T],
                   ids: Sequence[str] = ()) -> T:
+        written = self._written.pop((tenant, session_id), None)
+        if written is not None:
+            result = self._append_as_written(tenant, session_id, fn, ids, written)
+            if result is not _MISSED:
+                return result  # type: ignore[return-value]
         deadline = time.monotonic() + 30.0
         attempt = 0
         while True:
@@ -400,6 +428,39 @@ class RedisStore(KeyLayout, BaseStore):
             if time.monotonic() > deadline:
                 raise Conflict(f"session {session_id!r} kept changing; try again")
             time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** min(attempt, 7))))
+
+    def _append_as_written(self, tenant: str, session_id: str, fn: Callable[[_Txn], T],
+                           ids: Sequence[str], written: _Written) -> T | object:
+        """One round trip: plan on the session as this process last wrote it, taking
+        none of the batch's ids to be stored; APPEND writes only if the session is
+        still at that version, incarnation and epoch and none of the ids is taken.
+        ``_MISSED`` when that cannot be known here: another writer moved the session,
+        the append is a retry of a stored one, the session is a fork (its ancestors'
+        ids are read the long way), or the plan raised (it may have read the stale
+        copy). The long way reads the session and the ids first (two round trips).
+
+        Worth its code (issue 18, ``python -m bench writes --cells redis_threads``):
+        see bench/README.md's "Fast paths kept". ``test_redis`` checks it against the
+        long way: the same random operations give the same answers and rows."""
+        if written[1].parent_id is not None:
+            return _MISSED
+        tx = _Txn(self, tenant, session_id, ids, written)
+        try:
+            result = fn(tx)
+        except ChatHistoryError:
+            return _MISSED
+        if tx.pending is None or not tx.commit():
+            return _MISSED
+        return result
+
+    def _remember(self, key: tuple[str, str], written: _Written) -> None:
+        """Keep the session as this append wrote it, for the next append's plan."""
+        self._written[key] = written
+        while len(self._written) > _WRITTEN_SESSIONS:
+            try:
+                self._written.pop(next(iter(self._written)), None)
+            except (RuntimeError, StopIteration):  # another thread changed it meanwhile
+                break
 
     def _rows_at(self, tenant: str, session_id: str, seqs: Sequence[int]) -> list[Row]:
         key = self._keys(tenant, session_id).rows
@@ -469,6 +530,7 @@ class RedisStore(KeyLayout, BaseStore):
 
     def _b_truncate(self, tenant: str, session_id: str, seq: int, session: Session,
                     expected_version: int, restore: Sequence[int] = ()) -> bool:
+        self._written.pop((tenant, session_id), None)
         k = self._keys(tenant, session_id)
         keys = [k.session, k.rows, k.ids, k.cum, k.kept, k.calls, k.over, k.refs]
         args = [expected_version, seq, session.version, msgspec.json.encode(session),
