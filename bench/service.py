@@ -17,6 +17,15 @@ Reported per cell: requests/s, p50 and p99 latency (client side: from sending
 the request to the last byte of the answer), errors, and the server's RSS
 (every process of it) at the start, at its peak and at the end.
 
+The floor (``floor_app``): beside each cell, the same load on a minimal Starlette
+app under uvicorn with the same workers, whose two routes run the statements the
+store runs for that request through the same driver (psycopg's pool / sqlite3, in
+Starlette's thread pool), with a plain JSON body and no auth, log, validation,
+limits or error bodies. It writes and reads the same rows (checked: its window
+answer is ours byte for byte; every acknowledged append of either is a stored
+message), so ours/floor is what chathistory's Python costs on top of the database
+work. The cells take turns: ours, then the floor, for each row.
+
 Targets (service issue), 2 cores, PostgreSQL, 16 clients: >= 2,000 appends/s and
 >= 5,000 window reads/s, p99 < 50 ms. `--soak SECONDS` runs appends at 16
 clients for that long on PostgreSQL (SQLite when unreachable) and reports the
@@ -30,6 +39,7 @@ import json
 import multiprocessing as mp
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -37,13 +47,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .foundation import _verdict, print_table
-
 PG_URL = os.environ.get("CHATHISTORY_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 APP_NAME = "chathistory-bench"
+FLOOR_APP_NAME = "chathistory-bench-floor"
+FLOOR_ENV = "CHATHISTORY_BENCH_FLOOR"
+TENANT = "bench"
 CLIENTS = (1, 16, 64)
 WINDOW_TOKENS = 2000
 HISTORY = 200  # messages in a window-read session
@@ -128,6 +140,9 @@ def _die_with_parent() -> None:
 class Server:
     """`chathistory.server.run` in a subprocess, with a key of tenant ``bench``."""
 
+    name = "chathistory"
+    app_name = APP_NAME
+
     def __init__(self, store_url: str, workers: int) -> None:
         from chathistory.server import auth
         from chathistory.stores import open_store
@@ -136,29 +151,33 @@ class Server:
         if not store_url.startswith("memory"):  # a memory store lives in the server only
             store = open_store(store_url)
             try:
-                _, self.key = auth.create_key(store, "bench", "service benchmark")
+                _, self.key = auth.create_key(store, TENANT, "service benchmark")
             finally:
                 store.close()
-        self.port = _free_port()
         self.assets = tempfile.mkdtemp(prefix="chathistory-bench-assets-")
-        script = ("from chathistory.server import run; "
-                  f"run({store_url!r}, '127.0.0.1', {self.port}, {self.assets!r}, "
-                  f"require_keys={self.key is not None}, workers={workers})")
         self.store_url = store_url
+        self.port = _free_port()
+        self._start(f"from chathistory.server import run; run({store_url!r}, '127.0.0.1', "
+                     f"{self.port}, {self.assets!r}, require_keys={self.key is not None}, "
+                     f"workers={workers})", "/readyz")
+
+    def _start(self, script: str, ready: str, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                     stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+                                     cwd=Path(__file__).resolve().parent.parent,
+                                     env={**os.environ, **(env or {})})
         deadline = time.monotonic() + 60
         while True:
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                conn.request("GET", "/readyz")
+                conn.request("GET", ready)
                 if conn.getresponse().status == 200:
                     conn.close()
                     break
             except OSError:
                 pass
             if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError("the server did not start")
+                raise RuntimeError(f"the {self.name} server did not start")
             time.sleep(0.1)
 
     def rss(self) -> int:
@@ -175,7 +194,8 @@ class Server:
 
         with psycopg.connect(PG_URL, autocommit=True) as conn:
             pids = [row[0] for row in conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (APP_NAME,))]
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                (self.app_name,))]
         return sum(_cpu_seconds(pid) for pid in pids)
 
     def analyze(self) -> None:
@@ -198,6 +218,221 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+# ---------------------------------------------------------------- the floor
+
+
+class Floor(Server):
+    """``floor_app`` under uvicorn in a subprocess, on the store of ``ours`` (whose
+    server prepares the sessions): the same workers, no access log."""
+
+    name = "floor"
+    app_name = FLOOR_APP_NAME
+
+    def __init__(self, ours: Server, workers: int) -> None:
+        self.key, self.assets, self.store_url = ours.key, ours.assets, ours.store_url
+        self.port = _free_port()
+        url = self.store_url.replace(f"application_name={APP_NAME}",
+                                     f"application_name={FLOOR_APP_NAME}")
+        self._start("import uvicorn; uvicorn.run('bench.service:floor_app', factory=True, "
+                    f"host='127.0.0.1', port={self.port}, workers={workers}, "
+                    "access_log=False, log_level='warning')", "/floor/ready", {FLOOR_ENV: url})
+
+
+def floor_app() -> Any:
+    """The floor: a minimal Starlette app doing a cell's database work and nothing
+    else. ``POST /v1/sessions/{id}/messages`` stores the messages of a plain JSON body
+    (the bench's: user or assistant text) and ``GET ...?max_tokens=N`` answers the
+    newest messages within N tokens, by the statements the store runs for them, in
+    Starlette's thread pool. The session is tenant ``bench``'s; no key is checked."""
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    url = os.environ[FLOOR_ENV]
+    db: _PostgresFloor | _SQLiteFloor = (
+        _PostgresFloor(url) if url.startswith("postgres") else _SQLiteFloor(url))
+
+    async def append(request: Request) -> Response:
+        body = await request.json()
+        version = await run_in_threadpool(db.append, request.path_params["session_id"],
+                                          body["messages"])
+        return Response(b'{"version":%d}' % version, media_type="application/json")
+
+    async def window(request: Request) -> Response:
+        found = await run_in_threadpool(db.window, request.path_params["session_id"],
+                                        int(request.query_params["max_tokens"]))
+        return Response(b'{"messages":' + found + b"}", media_type="application/json")
+
+    async def ready(request: Request) -> Response:
+        return Response(b"ok")
+
+    path = "/v1/sessions/{session_id}/messages"
+    return Starlette(routes=[Route(path, append, methods=["POST"]),
+                             Route(path, window, methods=["GET"]),
+                             Route("/floor/ready", ready)])
+
+
+class _FloorStore:
+    """What both floors share: the counter, the session as this process last wrote
+    it (as the stores keep it), and the rows of an append and of a window."""
+
+    def __init__(self) -> None:
+        from chathistory.tokens import get_counter
+
+        self.counter = get_counter("o200k_base")  # the store's default counter
+        self.written: dict[str, dict[str, Any]] = {}
+
+    def rows(self, session: dict[str, Any], messages: list[dict[str, Any]]
+             ) -> list[tuple[Any, ...]]:
+        """(seq, id, role, data, tokens, cum_before, cut_ok, orphan, status, version)
+        of each message, and ``session`` moved to the new version: the store's counts
+        (o200k_base, as ``count_message`` counts a text message), each message a group."""
+        count = self.counter.count_text
+        version = session.get("version", 0) + 1
+        seq, total = session.get("message_count", 0), session.get("token_count", 0)
+        out = []
+        for m in messages:
+            text = "".join(part["text"] for part in m["parts"])
+            tokens = 3 + count(m["role"]) + count(text)
+            out.append((seq, m["id"], m["role"], json.dumps(m).encode(), tokens, total,
+                        True, False, 1, version))
+            seq, total = seq + 1, total + tokens
+        session.update(version=version, message_count=seq, token_count=total,
+                       updated_at=datetime.now(UTC).isoformat(timespec="microseconds"))
+        return out
+
+    def window(self, rows: list[tuple[Any, ...]], max_tokens: int) -> bytes:
+        """The newest whole groups of ``rows`` (ascending) within ``max_tokens``."""
+        budget = max_tokens - self.counter.priming_tokens
+        chosen: list[bytes] = []
+        group: list[bytes] = []
+        cost, usable = 0, True
+        for _, _, _, data, tokens, _, cut_ok, orphan, status, _ in reversed(rows):
+            group.append(data)
+            cost += tokens
+            usable = usable and not orphan and status == 1
+            if not cut_ok:
+                continue
+            if usable:
+                if cost > budget:
+                    break
+                budget -= cost
+                chosen.extend(group)
+            group, cost, usable = [], 0, True
+        return b"[" + b",".join(reversed(chosen)) + b"]"
+
+
+class _PostgresFloor(_FloorStore):
+    """PostgresStore's statements (``Queries``): an append is ``append_if`` planned
+    on the session as this process last wrote it (``get_session`` the first time),
+    a window read is ``window_probe``."""
+
+    def __init__(self, url: str) -> None:
+        from psycopg_pool import ConnectionPool
+
+        from chathistory.stores.postgres.queries import Queries
+
+        super().__init__()
+        base, _, query = url.partition("?")
+        options = dict(p.split("=", 1) for p in query.split("&"))
+        self.q = Queries(options.pop("schema"))
+        conninfo = base + "?" + "&".join(f"{k}={v}" for k, v in options.items())
+        self.pool: Any = ConnectionPool(conninfo, min_size=1, max_size=10,
+                                        kwargs={"autocommit": True}, open=True)
+
+    def append(self, session_id: str, messages: list[dict[str, Any]]) -> int:
+        with self.pool.connection() as conn:
+            session = self.written.pop(session_id, None)
+            if session is None:
+                (payload,) = conn.execute(self.q.get_session, (TENANT, session_id)).fetchone()
+                session = json.loads(payload)
+            expected = session.get("version", 0)
+            rows = self.rows(session, messages)
+            batch = {"r": [{"seq": r[0], "id": r[1], "role": r[2], "data": r[3].hex(),
+                            "tokens": r[4], "cum_before": r[5], "cut_ok": r[6],
+                            "orphan": r[7], "status": r[8], "version": r[9]} for r in rows],
+                     "k": [], "c": {}}
+            (stored,) = conn.execute(self.q.append_if, {
+                "tenant": TENANT, "session_id": session_id, "version": session["version"],
+                "expires_at": None, "updated": session["updated_at"],
+                "payload": json.dumps(session), "expected": expected,
+                "created": datetime.fromisoformat(session["created_at"]).isoformat(),
+                "clear_lo": 0, "clear_hi": 0, "batch": json.dumps(batch)}).fetchone()
+        if not stored:
+            raise RuntimeError("the session moved: the floor is for one writer per session")
+        self.written[session_id] = session
+        return int(session["version"])
+
+    def window(self, session_id: str, max_tokens: int) -> bytes:  # type: ignore[override]
+        params = {"tenant": TENANT, "session_id": session_id,
+                  "budget": max_tokens - self.counter.priming_tokens}
+        with self.pool.connection() as conn:
+            found = conn.cursor(binary=True).execute(self.q.window_probe, params).fetchall()
+        return super().window([r[1:] for r in found if r[1] is not None], max_tokens)
+
+
+class _SQLiteFloor(_FloorStore):
+    """SQLiteStore's statements: an append is BEGIN IMMEDIATE, the session, the id's
+    idempotency check, the row, the session bumped, COMMIT on the one write
+    connection; a window read is the session, ``SEQ_AT_CUM`` and ``ROWS`` on a read
+    connection of the thread's own."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.path = url.split("://", 1)[1][1:]
+        self.lock = threading.Lock()
+        self.local = threading.local()
+        self.conn = self._connect()
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None,
+                               check_same_thread=False, cached_statements=256)
+        conn.execute("PRAGMA busy_timeout=30000")
+        return conn
+
+    def append(self, session_id: str, messages: list[dict[str, Any]]) -> int:
+        from chathistory.stores import sqlite as q
+
+        key = (TENANT, session_id)
+        with self.lock:
+            conn = self.conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                session = json.loads(conn.execute(q._GET_SESSION, key).fetchone()[0])
+                for m in messages:
+                    if conn.execute(q._EXISTING_ONE, (*key, m["id"])).fetchone():
+                        raise RuntimeError("the floor stores fresh ids only")
+                for row in self.rows(session, messages):
+                    conn.execute(q._INSERT_MESSAGE, (*key, *row))
+                conn.execute(q._BUMP_SESSION, (session["version"], session["updated_at"],
+                                               json.dumps(session), *key))
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        return int(session["version"])
+
+    def window(self, session_id: str, max_tokens: int) -> bytes:  # type: ignore[override]
+        from chathistory.stores import sqlite as q
+
+        reader = getattr(self.local, "reader", None)
+        if reader is None:
+            reader = self.local.reader = self._connect()
+        key = (TENANT, session_id)
+        session = json.loads(reader.execute(q._GET_SESSION, key).fetchone()[0])
+        n = session.get("message_count", 0)
+        cum = session.get("token_count", 0) - (max_tokens - self.counter.priming_tokens)
+        first = 0
+        if cum > 0:  # as SQLiteStore._b_seq_at_cum for sessions shorter than its scan
+            top, below, lowest = reader.execute(q.SEQ_AT_CUM, (*key, cum, q._SCAN)).fetchone()
+            first = lowest if below is None else below + 1 if below < top else n
+        rows = reader.execute(q.ROWS, (*key, max(0, min(first - 1, n - 1)), n)).fetchall()
+        return super().window(rows, max_tokens)
 
 
 # ---------------------------------------------------------------- the load generator
@@ -349,6 +584,33 @@ def _prepare_sessions(port: int, key: str | None, count: int, history: int) -> l
     return ids
 
 
+def _stored_messages(port: int, key: str | None, sessions: list[str]) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    total = 0
+    for sid in sessions:
+        conn.request("GET", f"/v1/sessions/{sid}", headers=_auth(key))
+        response = conn.getresponse()
+        assert response.status == 200
+        total += json.loads(response.read()).get("message_count", 0)
+    conn.close()
+    return total
+
+
+def _same_window(ours: Server, floor: Server) -> None:
+    """The floor's window answer is ours, byte for byte (the same rows read)."""
+    (sid,) = _prepare_sessions(ours.port, ours.key, 1, HISTORY)
+    answers = []
+    for server in (ours, floor):
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        conn.request("GET", f"/v1/sessions/{sid}/messages?max_tokens={WINDOW_TOKENS}",
+                     headers=_auth(ours.key))
+        response = conn.getresponse()
+        answers.append((response.status, response.read()))
+        conn.close()
+    if answers[0] != answers[1] or answers[0][0] != 200:
+        raise RuntimeError(f"the floor's window differs from ours: {answers[1][:200]!r}")
+
+
 def _percentile(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
         return float("nan")
@@ -356,8 +618,11 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 
 def run_cell(server: Server, op: str, clients: int, duration: float, processes: int,
-             sample: Callable[[], None] | None = None) -> dict[str, Any]:
-    sessions = _prepare_sessions(server.port, server.key, clients,
+             sample: Callable[[], None] | None = None, via: Server | None = None
+             ) -> dict[str, Any]:
+    """One cell on ``server``, on sessions that ``via`` (default: ``server``) made."""
+    maker = via or server
+    sessions = _prepare_sessions(maker.port, maker.key, clients,
                                  HISTORY if op == "window" else 0)
     server.analyze()
     ctx = mp.get_context("spawn")
@@ -392,6 +657,10 @@ def run_cell(server: Server, op: str, clients: int, duration: float, processes: 
     done = sum(d for part in collected for d, _, _ in part)
     errors = sum(e for part in collected for _, e, _ in part)
     latencies = sorted(x for part in collected for _, _, lat in part for x in lat)
+    if op == "append":  # every acknowledged append is a stored message, no more
+        stored = _stored_messages(maker.port, maker.key, sessions)
+        if stored != done:
+            raise RuntimeError(f"{server.name}: {done} appends acknowledged, {stored} stored")
     return {
         "op": op, "clients": clients, "seconds": duration, "requests": done,
         "errors": errors, "per_second": done / duration,
@@ -457,19 +726,28 @@ def run(quick: bool = False, duration: float | None = None, soak: float | None =
             cleanup()
             return results
         for name, url, cleanup in available:
-            server = Server(url, workers)
+            servers: list[Server] = []
             try:
-                run_cell(server, "append", 4, 2.0, 1)  # warm-up (pools fill), not reported
+                servers.append(Server(url, workers))
+                if name != "memory":  # a memory store lives in our server only
+                    servers.append(Floor(servers[0], workers))
+                for server in servers:  # warm-up (pools fill), not reported
+                    run_cell(server, "append", 4, 2.0, 1, via=servers[0])
+                if len(servers) > 1:
+                    _same_window(*servers)
                 for op in ("append", "window"):
                     for n in clients:
-                        cell = run_cell(server, op, n, seconds, processes)
-                        cell["store"] = name
-                        results["cells"].append(cell)
-                        out(f"  {name:8} {op:6} {n:3} clients: {cell['per_second']:8.0f}/s  "
-                            f"p50 {cell['p50_ms']:6.1f} ms  p99 {cell['p99_ms']:6.1f} ms  "
-                            f"errors {cell['errors']}")
+                        for server in servers:  # ours, then the floor
+                            cell = run_cell(server, op, n, seconds, processes, via=servers[0])
+                            cell["store"], cell["server"] = name, server.name
+                            results["cells"].append(cell)
+                            out(f"  {name:8} {server.name:11} {op:6} {n:3} clients: "
+                                f"{cell['per_second']:8.0f}/s  p50 {cell['p50_ms']:6.1f} ms  "
+                                f"p99 {cell['p99_ms']:6.1f} ms  errors {cell['errors']}  "
+                                f"server CPU {cell['server_cpu_ms']:.3f} ms/req")
             finally:
-                server.stop()
+                for server in reversed(servers):
+                    server.stop()
                 cleanup()
     _print(results, out)
     return results
@@ -507,21 +785,41 @@ def _soak(name: str, url: str, workers: int, seconds: float, processes: int,
 
 
 def _print(results: dict[str, Any], out: Callable[[str], None]) -> None:
+    from .foundation import _verdict, print_table
+
     out("")
     out(f"requests/s and client-side latency, {results['workers']} worker(s), "
         f"{results['seconds']:g} s per cell")
     rows = []
     for c in results["cells"]:
         verdict: bool | None = None
-        if c["store"] == "postgres" and c["clients"] == TARGET_CLIENTS:
+        ours = c.get("server", "chathistory") == "chathistory"
+        if ours and c["store"] == "postgres" and c["clients"] == TARGET_CLIENTS:
             verdict = c["per_second"] >= TARGETS[c["op"]] and c["p99_ms"] < TARGET_P99_MS
         db = "-" if c["db_cpu_ms"] is None else f"{c['db_cpu_ms']:.2f}"
-        rows.append([c["store"], c["op"], str(c["clients"]), f"{c['per_second']:,.0f}",
-                     f"{c['p50_ms']:.1f}", f"{c['p99_ms']:.1f}", str(c["errors"]),
-                     f"{c['server_cpu_ms']:.2f}/{c['client_cpu_ms']:.2f}/{db}",
+        rows.append([c["store"], c.get("server", "chathistory"), c["op"], str(c["clients"]),
+                     f"{c['per_second']:,.0f}", f"{c['p50_ms']:.1f}", f"{c['p99_ms']:.1f}",
+                     str(c["errors"]),
+                     f"{c['server_cpu_ms']:.3f}/{c['client_cpu_ms']:.3f}/{db}",
                      f"{c['rss_start_mb']:.0f}/{c['rss_peak_mb']:.0f}/{c['rss_end_mb']:.0f}",
-                     _verdict(verdict)])
-    print_table(["store", "op", "clients", "req/s", "p50 ms", "p99 ms", "errors",
+                     _verdict(verdict) if ours else ""])
+    print_table(["store", "server", "op", "clients", "req/s", "p50 ms", "p99 ms", "errors",
                  "CPU ms/req server/load/db", "RSS MB start/peak/end", "target"], rows, out)
     out(f"targets (postgres, {TARGET_CLIENTS} clients): >= {TARGETS['append']:,.0f} appends/s, "
         f">= {TARGETS['window']:,.0f} window reads/s, p99 < {TARGET_P99_MS:g} ms")
+    ratios = []
+    cells = {(c["store"], c.get("server"), c["op"], c["clients"]): c for c in results["cells"]}
+    for (store, server, op, clients), ours in cells.items():
+        floor = cells.get((store, "floor", op, clients))
+        if server != "chathistory" or floor is None:
+            continue
+        ratios.append([store, op, str(clients),
+                       f"{ours['per_second'] / max(floor['per_second'], 1e-9):.2f}",
+                       f"{ours['server_cpu_ms'] / max(floor['server_cpu_ms'], 1e-9):.2f}",
+                       f"{ours['server_cpu_ms'] - floor['server_cpu_ms']:+.3f}"])
+    if ratios:
+        out("")
+        out("chathistory against the floor (a minimal Starlette route doing the same SQL; "
+            "req/s < 1 and CPU > 1: behind)")
+        print_table(["store", "op", "clients", "req/s ours/floor", "server CPU ours/floor",
+                     "server CPU ms/req ours - floor"], ratios, out)
