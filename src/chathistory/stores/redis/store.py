@@ -21,6 +21,7 @@ from ..base import BaseStore
 from ..model import SESSION_DECODER, Row, Session
 from ..regroup import regroup_spans
 from . import scripts
+from .combine import ScriptCombiner
 from .keys import (
     PREFIX_PATTERN,
     KeyLayout,
@@ -129,8 +130,8 @@ class _Txn:
                                  lambda: store._append_script(keys=keys, args=args) == 1)
         else:
             before = "" if self.session is None else recent_member(self.session)
-            done = store._append_script(keys=keys + store._recent_keys(session),
-                                        args=[*args, recent_member(session), before]) == 1
+            done = store._append_combined(keys + store._recent_keys(session),
+                                          [*args, recent_member(session), before]) == 1
         if done:
             store._remember((self.tenant, self.session_id), ((str(session.version), i, r),
                                                              session))
@@ -174,6 +175,9 @@ class RedisStore(KeyLayout, BaseStore):
             self._r = redis.Redis.from_url(url, **timeouts)
             self._r.ping()  # fail fast on an unreachable server
         self._append_script = self._r.register_script(scripts.APPEND)
+        # appends that threads make while one is in flight share a round trip (one node)
+        self._append_combined = ScriptCombiner(self._r, self._append_script,
+                                               redis.exceptions.NoScriptError)
         self._truncate_script = self._r.register_script(scripts.TRUNCATE)
         self._insert_script = self._r.register_script(scripts.INSERT)
         self._save_script = self._r.register_script(scripts.SAVE)
