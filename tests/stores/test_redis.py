@@ -20,7 +20,7 @@ import pytest
 import test_conformance as conformance  # the suite's functions, rerun here on a cluster
 from written_script import concurrent_writers, random_script, run_script
 
-from chathistory import Attachment, KVStatus, Message, MissingDependency
+from chathistory import Attachment, KVStatus, Message, MissingDependency, NotFound
 from chathistory.errors import ChatHistoryError
 from chathistory.stores.engine import recent_key
 from chathistory.stores.redis import RedisStore
@@ -513,10 +513,14 @@ def test_cluster_m003_mends_group_flags_written_by_0_1_0(store: RedisStore) -> N
 
 
 class _LongWayOnly(RedisStore):
-    """A store that never plans on its own copy of a session (``_append_as_written``):
-    every append reads the session and the batch's ids first."""
+    """A store that never plans on its own copy of a session (``_append_as_written``)
+    nor guesses a session's length (``_tail_at``): every append reads the session and
+    the batch's ids first, every tail read goes through the script."""
 
     def _remember(self, key: Any, written: Any) -> None:
+        return None
+
+    def _keep_length(self, key: Any, length: int) -> None:
         return None
 
 
@@ -591,6 +595,7 @@ def test_appends_planned_on_the_written_copy_store_what_the_long_way_stores(
         plain_answers = run_script(plain, ops)
         plain_rows = _stored_rows(plain[0], names)
         assert plain[0]._written == {} and plain[1]._written == {}
+        assert plain[0]._lengths == {} and fast[0]._lengths != {}
         assert outcomes.count("written") > 30 and outcomes.count("missed") > 30, outcomes
         assert fast_answers == plain_answers
         assert fast_rows.keys() == plain_rows.keys()
@@ -637,3 +642,47 @@ def test_concurrent_appends_planned_on_the_written_copy_store_every_message_once
                 w.close()
     assert "written" in outcomes and "missed" in outcomes, outcomes
     assert results[0] == results[1]
+
+
+def test_tail_reads_on_a_guessed_length_equal_the_script_and_notice_other_writers(
+        redis_store: RedisStore) -> None:
+    """A tail read on the length this process saw last (one HMGET-in-MULTI, no script)
+    answers what the script answers; when another store object appended, popped,
+    marked or deleted meanwhile, the guess is wrong and the script reads instead."""
+    other = RedisStore(REDIS_URL, counter="approx", prefix=redis_store.prefix)
+    plain = _LongWayOnly(REDIS_URL, counter="approx", prefix=redis_store.prefix)
+    guessed: list[bool] = []
+    tail_at = redis_store._tail_at
+
+    def counted(*args: Any) -> Any:
+        found = tail_at(*args)
+        guessed.append(found is not None)
+        return found
+
+    redis_store._tail_at = counted  # type: ignore[method-assign]
+    try:
+        redis_store.create_session("g")
+        call = Message.assistant("", [{"id": "c1", "name": "f", "arguments": {}}])
+        redis_store.append("g", [Message.user(f"m{k}") for k in range(30)])
+        for n in (1, 5, 20, 40):
+            assert redis_store.tail("g", n) == plain.tail("g", n)
+        assert guessed == [True] * 4
+        other.append("g", [call])  # another writer: the guess is stale, then right again
+        assert redis_store.tail("g", 3) == plain.tail("g", 3)
+        assert redis_store.tail("g", 3) == plain.tail("g", 3)
+        assert guessed[-2:] == [False, True]
+        other.append("g", [Message.tool_result("c1", "r"), Message.user("after")])
+        other.pop("g")
+        other.mark("g", [redis_store.tail("g", 1)[0].id], KVStatus.MARKED)
+        for n in (1, 2, 4):  # the call comes with its result, the marked message is left out
+            assert redis_store.tail("g", n) == plain.tail("g", n)
+            assert redis_store.tail("g", n, include_marked=True) == plain.tail(
+                "g", n, include_marked=True)
+        assert [m.role for m in redis_store.tail("g", 1, include_marked=True)] == [
+            "assistant", "tool"]
+        other.delete_session("g")
+        with pytest.raises(NotFound):
+            redis_store.tail("g", 2)
+    finally:
+        other.close()
+        plain.close()

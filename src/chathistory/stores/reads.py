@@ -412,7 +412,7 @@ def _decoded(row: Row) -> Message:
     """The row's message, with the KV status the row records (``mark()`` changes the
     status column, not the stored JSON)."""
     message = MESSAGE_DECODER.decode(row.data)
-    if int(message.kv_status) != row.status:
+    if message.kv_status != row.status:  # an IntEnum: equal to its int
         message.kv_status = KVStatus(row.status)
     return message
 
@@ -456,5 +456,10 @@ def _groups(rows: Sequence[Row]) -> Iterator[Sequence[Row]]:
 
 
 def _usable(group: Sequence[Row], include_marked: bool) -> bool:
-    loaded = int(KVStatus.LOADED)
-    return not any(r.orphan or (not include_marked and r.status != loaded) for r in group)
+    for r in group:  # noqa: SIM110 (a loop, not all(): this runs for every group read)
+        if r.orphan or (r.status != _LOADED and not include_marked):
+            return False
+    return True
+
+
+_LOADED = int(KVStatus.LOADED)

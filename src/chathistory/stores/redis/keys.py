@@ -67,7 +67,8 @@ def pack_row(row: Row) -> bytes:
 
 
 def unpack_row(seq: int, value: bytes) -> Row:
-    mid, role, data, tokens, cum, orphan, version = _payload_decoder.decode(value[2:])
+    mid, role, data, tokens, cum, orphan, version = _payload_decoder.decode(
+        memoryview(value)[2:])  # a view: the row is not copied to skip its two bytes
     return Row(seq, mid, role, data, tokens, cum, value[1] == 0x31, orphan, value[0] - 128,
                version)
 

@@ -25,6 +25,7 @@ from .combine import ScriptCombiner
 from .keys import (
     PREFIX_PATTERN,
     KeyLayout,
+    SessionKeys,
     escape,
     index_member,
     pack_row,
@@ -133,8 +134,9 @@ class _Txn:
             done = store._append_combined(keys + store._recent_keys(session),
                                           [*args, recent_member(session), before]) == 1
         if done:
-            store._remember((self.tenant, self.session_id), ((str(session.version), i, r),
-                                                             session))
+            key = (self.tenant, self.session_id)
+            store._remember(key, ((str(session.version), i, r), session))
+            store._keep_length(key, session.message_count)
         return done
 
 
@@ -165,6 +167,7 @@ class RedisStore(KeyLayout, BaseStore):
         url, from_url = _parse_url(url)
         self.cluster = from_url if cluster is None else cluster
         self._written: dict[tuple[str, str], _Written] = {}
+        self._lengths: dict[tuple[str, str], int] = {}
         # Any: redis-py's command methods are typed for sync and async clients at once
         self._r: Any
         timeouts = {"socket_connect_timeout": socket_connect_timeout,
@@ -494,12 +497,51 @@ class RedisStore(KeyLayout, BaseStore):
     def _b_tail_probe(self, tenant: str, session_id: str, rows: int
                       ) -> tuple[Session | None, list[Row]] | None:
         k = self._keys(tenant, session_id)
+        rows = min(rows, scripts.PROBE_ROWS)
+        key = (tenant, session_id)
+        length = self._lengths.get(key)
+        if length is not None:
+            probed = self._tail_at(k, length, rows)
+            if probed is not None:
+                return probed
         try:
-            found = self._tail_script(keys=[k.session, k.rows],
-                                      args=[min(rows, scripts.PROBE_ROWS)])
+            found = self._tail_script(keys=[k.session, k.rows], args=[rows])
         except self._script_error:  # a session JSON that Lua's cjson cannot read: step by step
             return None
-        return _probed(found)
+        probed = _probed(found)
+        if probed[0] is not None:
+            self._keep_length(key, probed[0].message_count)
+        return probed
+
+    def _tail_at(self, k: SessionKeys, length: int, rows: int
+                 ) -> tuple[Session | None, list[Row]] | None:
+        """The tail probe without a script, for a session whose length this process
+        saw last: the session and the newest ``rows`` rows of that length, read in one
+        MULTI (so both are of one moment). None when the session has another length
+        now (the script then reads it). A HMGET of 21 rows costs the server 1.4 us, the
+        same rows read inside a Lua script 30-35 us (Lua copies every value twice)."""
+        lo = max(0, length - rows)
+        pipe = self._r.pipeline(transaction=True)
+        pipe.hget(k.session, "j")
+        if length > lo:
+            pipe.hmget(k.rows, [str(seq) for seq in range(lo, length)])
+        j, *values = pipe.execute()
+        if j is None:
+            return None, []
+        session = SESSION_DECODER.decode(j)
+        if session.message_count != length:
+            return None
+        return session, [unpack_row(lo + i, v) for i, v in enumerate(values[0] if values else ())
+                         if v is not None]
+
+    def _keep_length(self, key: tuple[str, str], length: int) -> None:
+        """Remember a session's length as this process last saw it (a tail read's guess)."""
+        self._lengths[key] = length
+        while len(self._lengths) > _WRITTEN_SESSIONS:
+            try:
+                self._lengths.pop(next(iter(self._lengths)), None)
+            except (RuntimeError, StopIteration):  # another thread changed it meanwhile
+                break
 
     def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:
         found = self._r.zrangebyscore(self._keys(tenant, session_id).cum, cum, "+inf", 0, 1)
