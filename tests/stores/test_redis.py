@@ -558,7 +558,10 @@ def _stored_rows(store: RedisStore, session_ids: list[str]) -> dict[str, Any]:
         out[f"{sid}:session"] = (r.hget(keys.session, "v"), None if session is None else
                                  msgspec.structs.replace(session, created_at=stamp,
                                                          updated_at=stamp))
-        out[f"{sid}:rows"] = sorted(r.hgetall(keys.rows).items())
+        rows = r.hgetall(keys.rows)
+        copy = rows.pop(b"j", None)  # the session JSON's copy: the same as the session's
+        assert copy == j
+        out[f"{sid}:rows"] = sorted(rows.items())
         out[f"{sid}:over"] = sorted(r.hgetall(keys.over).items())
         for name in ("ids", "cum", "kept", "calls"):
             out[f"{sid}:{name}"] = r.zrange(getattr(keys, name), 0, -1, withscores=True)
@@ -686,3 +689,31 @@ def test_tail_reads_on_a_guessed_length_equal_the_script_and_notice_other_writer
     finally:
         other.close()
         plain.close()
+
+
+def test_the_rows_hash_copy_of_the_session_is_never_read_as_a_row(
+        redis_store: RedisStore) -> None:
+    """The rows hash holds the session's JSON under ``j`` beside the rows: search and
+    the m003 mend skip it (a needle only in the session's state finds nothing), and a
+    session whose copy is missing (last written by an older release) reads through
+    the script until its next write makes the copy again."""
+    redis_store.create_session("q", metadata={"m": 1})
+    redis_store.append("q", [Message.user("hello"), Message.assistant("there")])
+    redis_store.update_session("q", state={"note": "xylophone", "tool_result": 1})
+    rows = redis_store._keys("default", "q").rows
+    assert redis_store._r.hget(rows, "j") == redis_store._r.hget(
+        redis_store._keys("default", "q").session, "j")
+    assert redis_store.list_sessions(query="xylophone").items == []
+    assert [s.id for s in redis_store.list_sessions(query="hello").items] == ["q"]
+    redis_store._regroup()  # reads every row of every session that names a tool result
+    redis_store._r.hdel(rows, "j")  # as an older release left it
+    fresh = RedisStore(REDIS_URL, counter="approx", prefix=redis_store.prefix)
+    try:
+        assert [m.text for m in fresh.tail("q", 1)] == ["there"]  # the script
+        assert [m.text for m in fresh.tail("q", 2)] == ["hello", "there"]  # guessed: no copy
+        assert fresh._r.hget(rows, "j") is None
+        fresh.append("q", [Message.user("again")])
+        assert fresh._r.hget(rows, "j") is not None
+        assert [m.text for m in fresh.tail("q", 2)] == ["there", "again"]
+    finally:
+        fresh.close()

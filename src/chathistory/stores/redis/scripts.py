@@ -1,6 +1,12 @@
 """Redis Lua scripts: each write that must be atomic in a session's slot (append,
 truncate, insert, save, status marks) or a tenant's (asset GC, expiry fixes), and
-the window read in one round trip. Each says its KEYS and ARGV."""
+the window read in one round trip. Each says its KEYS and ARGV.
+
+Every script that writes the session's JSON (field ``j`` of the session hash) writes
+the same JSON to field ``j`` of the rows hash, so that one HMGET of the rows hash reads
+a session and its newest rows at one moment without a script (``RedisStore._tail_at``;
+a session last written by an older release has no copy until its next write, and its
+tail reads go through TAIL_PROBE). Position fields are decimal numbers: never ``j``."""
 
 # KEYS: session rows ids cum kept calls refs.  ARGV: v i r json new_v clear_lo clear_hi
 # nrows ncalls nrefs, then (seq id cum kept payload)*, (call_id seq)*, sha*.
@@ -35,6 +41,7 @@ for k = 1, tonumber(ARGV[10]) do
   p = p + 1
 end
 redis.call('HSET', KEYS[1], 'v', ARGV[5], 'j', ARGV[4])
+redis.call('HSET', KEYS[2], 'j', ARGV[4])
 -- one node only (KEYS[8..]: the tenant's recent-order sets, in other slots on a cluster):
 -- the session's entry moves with the write itself
 if #KEYS > 7 then
@@ -113,18 +120,23 @@ if seq == 0 then
   redis.call('HSET', KEYS[1], 'r', ARGV[5])
 end
 redis.call('HSET', KEYS[1], 'v', ARGV[3], 'j', ARGV[4])
+redis.call('HSET', KEYS[2], 'j', ARGV[4])
 return 1
 """
 
+# KEYS: session rows.  ARGV: v i r json
 INSERT = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'v', ARGV[1], 'i', ARGV[2], 'r', ARGV[3], 'j', ARGV[4])
+redis.call('HSET', KEYS[2], 'j', ARGV[4])
 return 1
 """
 
+# KEYS: session rows.  ARGV: expected_v new_v json
 SAVE = """
 if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'v', ARGV[2], 'j', ARGV[3])
+redis.call('HSET', KEYS[2], 'j', ARGV[3])
 return 1
 """
 

@@ -215,7 +215,7 @@ class RedisStore(KeyLayout, BaseStore):
             def rows_of(key: tuple[str, str]) -> list[tuple[int, bytes]]:
                 rows = self._r.hgetall(self._keys(*key).rows)
                 out = [(int(seq), unpack_row(int(seq), value).data) for seq, value in rows.items()
-                       if b'"tool_result"' in value]
+                       if seq != b"j" and b'"tool_result"' in value]
                 return sorted(out)
 
             def calls_of(key: tuple[str, str]) -> dict[str, int]:
@@ -273,7 +273,8 @@ class RedisStore(KeyLayout, BaseStore):
             else:
                 pipe.sadd(key, member)
         added = pipe.execute()[1:]
-        keys = [self._keys(session.tenant, session.id).session]
+        k = self._keys(session.tenant, session.id)
+        keys = [k.session, k.rows]
         if self._insert_script(keys=keys, args=[session.version, inc, epoch,
                                                 msgspec.json.encode(session)]):
             return
@@ -290,7 +291,8 @@ class RedisStore(KeyLayout, BaseStore):
 
     def _b_save_session(self, session: Session, expected_version: int) -> bool:
         self._written.pop((session.tenant, session.id), None)
-        key = self._keys(session.tenant, session.id).session
+        k = self._keys(session.tenant, session.id)
+        key = k.session
         inc, j = self._r.hmget(key, "i", "j")
         if j is None:
             return False
@@ -301,7 +303,7 @@ class RedisStore(KeyLayout, BaseStore):
                          lt=True)
         args = [expected_version, session.version, msgspec.json.encode(session)]
         return self._saving(SESSION_DECODER.decode(j), session,
-                            lambda: bool(self._save_script(keys=[key], args=args)))
+                            lambda: bool(self._save_script(keys=[key, k.rows], args=args)))
 
     def _saving(self, old: Session | None, new: Session, write: Callable[[], bool]) -> bool:
         """Run ``write`` (saving ``new`` over ``old``) with the recent-order entries in
@@ -371,8 +373,9 @@ class RedisStore(KeyLayout, BaseStore):
                 pipe.hscan(self._keys(tenant, sid).rows, pending[sid], count=500)
             for sid, (cursor, rows) in zip(scanned, pipe.execute(), strict=True):
                 # the packed row holds the JSON verbatim: a cheap test first
-                if any(wanted in value.lower() and wanted in unpack_row(0, value).data.lower()
-                       for value in rows.values()):
+                if any(field != b"j" and wanted in value.lower()
+                       and wanted in unpack_row(0, value).data.lower()
+                       for field, value in rows.items()):
                     found.add(sid)
                     del pending[sid]
                 elif int(cursor) == 0:
@@ -516,23 +519,20 @@ class RedisStore(KeyLayout, BaseStore):
     def _tail_at(self, k: SessionKeys, length: int, rows: int
                  ) -> tuple[Session | None, list[Row]] | None:
         """The tail probe without a script, for a session whose length this process
-        saw last: the session and the newest ``rows`` rows of that length, read in one
-        MULTI (so both are of one moment). None when the session has another length
-        now (the script then reads it). A HMGET of 21 rows costs the server 1.4 us, the
-        same rows read inside a Lua script 30-35 us (Lua copies every value twice)."""
+        saw last: the session (the rows hash's copy of its JSON) and the newest ``rows``
+        rows of that length, in one HMGET (so both are of one moment). None when the
+        session has another length now, or no copy (the script then reads it). A HMGET
+        of 21 rows costs the server 1.4 us, the same rows read inside a Lua script
+        30-35 us (Lua copies every value in and out); a MULTI around two commands costs
+        the client 15 us more than one command."""
         lo = max(0, length - rows)
-        pipe = self._r.pipeline(transaction=True)
-        pipe.hget(k.session, "j")
-        if length > lo:
-            pipe.hmget(k.rows, [str(seq) for seq in range(lo, length)])
-        j, *values = pipe.execute()
-        if j is None:
-            return None, []
+        j, *values = self._r.hmget(k.rows, ["j", *map(str, range(lo, length))])
+        if j is None:  # no session, or one last written by an older release: the script
+            return None
         session = SESSION_DECODER.decode(j)
         if session.message_count != length:
             return None
-        return session, [unpack_row(lo + i, v) for i, v in enumerate(values[0] if values else ())
-                         if v is not None]
+        return session, [unpack_row(lo + i, v) for i, v in enumerate(values) if v is not None]
 
     def _keep_length(self, key: tuple[str, str], length: int) -> None:
         """Remember a session's length as this process last saw it (a tail read's guess)."""
