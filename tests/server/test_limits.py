@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import socket
+import time
 from collections.abc import Iterator
 
 import httpx
+import pytest
 from serverkit import Served, messages
+
+from chathistory.server import wire
 
 MB = 1024 * 1024
 
@@ -72,3 +79,72 @@ def test_counts_and_media_types(served_sqlite: Served) -> None:
         bad_if_match = a.post(url, json={"messages": [one]}, headers={"If-Match": "yesterday"})
         assert bad_if_match.status_code == 400
         _assert_nothing_stored(a, sid)
+
+
+# ---------------------------------------------------------------- bodies as they arrive
+
+
+def _raw_append(served: Served, sid: str, parts: list[bytes], pause: float,
+                total: int | None = None) -> bytes:
+    """POST an append on its own connection, the body in ``parts`` sent ``pause`` s
+    apart (``Content-Length: total``, default the parts' length); what comes back."""
+    body_length = sum(len(p) for p in parts) if total is None else total
+    head = (f"POST /v1/sessions/{sid}/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {served.keys['A']}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {body_length}\r\nConnection: close\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", served.server.port), timeout=10) as sock:
+        sock.sendall(head)
+        for part in parts:
+            time.sleep(pause)
+            sock.sendall(part)
+        data = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                data += chunk
+    return data
+
+
+def test_a_body_in_pieces_within_the_idle_time_is_read_whole(served_sqlite: Served) -> None:
+    body = json.dumps({"messages": messages("one", "two")}).encode()
+    pieces = [body[i:i + 7] for i in range(0, len(body), 7)]
+    with served_sqlite.client("A") as a:
+        sid = served_sqlite.new_session(a)
+        got = _raw_append(served_sqlite, sid, pieces, 0.01)
+        assert got.startswith(b"HTTP/1.1 200 "), got
+        texts = [m["parts"][0]["text"] for m in a.get(f"/v1/sessions/{sid}/messages",
+                                                        params={"tail": 10}).json()["messages"]]
+        assert texts == ["one", "two"]
+
+
+def test_a_body_that_stops_is_408_and_nothing_is_stored(
+        served_sqlite: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wire, "BODY_IDLE_SECONDS", 0.3)
+    body = json.dumps({"messages": messages("never whole")}).encode()
+    with served_sqlite.client("A") as a:
+        sid = served_sqlite.new_session(a)
+        # the first piece comes at once, the rest never: the wait for the second times out
+        started = time.monotonic()
+        got = _raw_append(served_sqlite, sid, [body[:10]], 0, total=len(body))
+        assert got.startswith(b"HTTP/1.1 408 "), got
+        assert b'"request_timeout"' in got
+        assert time.monotonic() - started < 5
+        # and a body that never starts
+        got = _raw_append(served_sqlite, sid, [], 0, total=len(body))
+        assert got.startswith(b"HTTP/1.1 408 "), got
+        _assert_nothing_stored(a, sid)
+
+
+def test_a_client_gone_mid_body_stores_nothing(served_sqlite: Served) -> None:
+    body = json.dumps({"messages": messages("half")}).encode()
+    with served_sqlite.client("A") as a:
+        sid = served_sqlite.new_session(a)
+        head = (f"POST /v1/sessions/{sid}/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {served_sqlite.keys['A']}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+        with socket.create_connection(("127.0.0.1", served_sqlite.server.port)) as sock:
+            sock.sendall(head.encode() + body[:10])
+            time.sleep(0.1)
+        time.sleep(0.2)
+        _assert_nothing_stored(a, sid)
+        assert a.post(f"/v1/sessions/{sid}/messages",
+                      json={"messages": messages("after")}).status_code == 200
