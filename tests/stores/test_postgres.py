@@ -310,31 +310,40 @@ def _positional(sql: str, params: Any) -> tuple[str, list[Any]]:
     return sql, list(params)
 
 
-def _check_plans(store: PostgresStore, queries: dict[str, tuple[str, Any]]) -> None:
-    with psycopg.connect(PG_URL) as c:  # one transaction, rolled back: DML is explained too
+def _plans(queries: dict[str, tuple[str, Any]], *settings: str, analyze: bool = False
+           ) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """``(mode, name, plan)`` of each statement, custom and generic, explained in one
+    transaction rolled back (DML is explained too), after ``SET`` of each setting."""
+    with psycopg.connect(PG_URL) as c:
         cursor = psycopg.ClientCursor(c)
+        for setting in settings:
+            cursor.execute(f"SET {setting}")
         for mode in ("force_custom_plan", "force_generic_plan"):
             cursor.execute(f"SET plan_cache_mode = {mode}")
             for name, (sql, params) in queries.items():
                 positional, values = _positional(sql, params)
                 cursor.execute(f"PREPARE {name} AS {positional}")
                 marks = ", ".join(["%s"] * len(values))
-                cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {name}({marks})", values)
-                plan = cursor.fetchone()[0][0]["Plan"]
-                # the per-session tables (a window probe also reads its session's row in
-                # ``sessions``, a one-row lookup: see docs/stores.md on its plan)
-                scans = [nd for nd in _plan_nodes(plan)
-                         if "Relation Name" in nd and nd["Node Type"] != "ModifyTable"
-                         and nd["Relation Name"] != "sessions"]
-                assert scans, (mode, name, plan)
-                for node in scans:  # an index range or probe, never the whole session
-                    assert node["Node Type"] in ("Index Scan", "Index Only Scan"), (
-                        mode, name, node)
-                    touched = (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
-                               + node.get("Rows Removed by Index Recheck", 0))
-                    assert touched <= 100, (mode, name, node)
+                options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
+                cursor.execute(f"EXPLAIN ({options}) EXECUTE {name}({marks})", values)
+                yield mode, name, cursor.fetchone()[0][0]["Plan"]
                 cursor.execute(f"DEALLOCATE {name}")
         c.rollback()
+
+
+def _check_plans(store: PostgresStore, queries: dict[str, tuple[str, Any]]) -> None:
+    for mode, name, plan in _plans(queries, analyze=True):
+        # the per-session tables (a window probe also reads its session's row in
+        # ``sessions``, a one-row lookup: test_a_session_is_found_by_its_primary_key)
+        scans = [nd for nd in _plan_nodes(plan)
+                 if "Relation Name" in nd and nd["Node Type"] != "ModifyTable"
+                 and nd["Relation Name"] != "sessions"]
+        assert scans, (mode, name, plan)
+        for node in scans:  # an index range or probe, never the whole session
+            assert node["Node Type"] in ("Index Scan", "Index Only Scan"), (mode, name, node)
+            touched = (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+                       + node.get("Rows Removed by Index Recheck", 0))
+            assert touched <= 100, (mode, name, node)
 
 
 @pytest.mark.parametrize("partitions", [None, 4])
@@ -405,6 +414,70 @@ def _first_past(store: PostgresStore, session_id: str, cum: int) -> int | None:
         found = c.execute(f"SELECT min(seq) FROM {store.schema}.messages WHERE session_id = %s "
                           "AND cum_before >= %s", (session_id, cum)).fetchone()
     return found[0]
+
+
+def test_a_session_is_found_by_its_primary_key() -> None:
+    """Every statement that finds a session by its key goes through the primary key,
+    never through a listing index (which fits the tenant alone, and would walk all of
+    its sessions and dead entries), with and without statistics, in custom and generic
+    plans (m004); the listing statements can still use their indexes."""
+    s = _store(schema=_schema(), drop_schema_on_close=True)
+    try:
+        for i in range(300):
+            s.create_session(f"s{i}", user=f"u{i % 3}")
+        for k in range(5):  # dead session rows and index entries, as appends leave them
+            s.append("s7", [Message.user(f"m{k}")])
+        session = s.get_session("s7")
+        q, key = s._q, ("default", "s7")
+        _, version, expires_at, updated, payload = postgres_store.session_params(session)
+        planned: dict[str, Any] = {
+            "tenant": key[0], "session_id": key[1], "version": version + 1,
+            "expires_at": expires_at, "updated": updated, "payload": payload,
+            "expected": version, "created": session.created_at.isoformat(),
+            "clear_lo": 0, "clear_hi": 0}
+        row = postgres_store.Row(session.message_count, "x", "user", b"{}", 1,
+                                 session.token_count, True, False, 0, version + 1)
+        lookups: dict[str, tuple[str, Any]] = {
+            "get_session": (q.get_session, key),
+            "lock_session": (q.lock_session, key),
+            "save_if": (q.save_if, (version + 1, None, updated, payload, *key, version)),
+            "delete_session": (q.delete_session, key * q.delete_session_keys),
+            "window_probe": (q.window_probe, {"tenant": key[0], "session_id": key[1],
+                                              "budget": 300}),
+        }
+        for one in (False, True):
+            params = {**planned, **postgres_store.rows_params([row], {})[0]}
+            if not one:
+                params = {**planned, "batch": postgres_store.batch_json([row], {})}
+            lookups[f"append_{one}"] = (q.append_statement(one, True, True, True), params)
+        listings: dict[str, tuple[str, Any]] = {
+            "list_created": (q.list_sessions[False, False, False], ("default", 50)),
+            "list_recent": (q.list_sessions[True, False, True], ("default", "9", "s", 50)),
+            "list_user": (q.list_sessions[False, True, True], ("default", "u1", "", "", 50)),
+            "tree": (q.tree, key),
+        }
+        for analyzed in (False, True):
+            if analyzed:
+                with psycopg.connect(PG_URL, autocommit=True) as c:
+                    c.execute(f"ANALYZE {s.schema}.sessions")
+            for name, scans in _session_scans(lookups).items():
+                assert [(nd["Node Type"], nd.get("Index Name")) for nd in scans] == [
+                    ("Index Scan", "sessions_pkey")] * len(scans), (analyzed, name, scans)
+                assert scans, name
+            for name, scans in _session_scans(listings, "enable_seqscan = off").items():
+                assert {nd["Node Type"] for nd in scans} <= {"Index Scan", "Bitmap Heap Scan"
+                                                             }, (analyzed, name, scans)
+    finally:
+        s.close()
+
+
+def _session_scans(queries: dict[str, tuple[str, Any]], *settings: str
+                   ) -> dict[str, list[dict[str, Any]]]:
+    """The scans of ``sessions`` in each statement's plans (``_plans``)."""
+    return {f"{name} {mode}": [nd for nd in _plan_nodes(plan)
+                               if nd.get("Relation Name") == "sessions"
+                               and nd["Node Type"] != "ModifyTable"]
+            for mode, name, plan in _plans(queries, *settings)}
 
 
 # ---------------------------------------------------------------- optimistic appends
@@ -771,6 +844,48 @@ def test_appends_planned_on_the_written_copy_store_what_the_optimistic_path_stor
     finally:
         for s in reversed(stores):
             s.close()
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_one_row_statements_store_what_the_whole_batch_statement_stores(
+        seed: int, png_bytes: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An append of one row sends it as plain parameters, and every append's statement
+    holds only the parts it needs (``append_statement``); the same random operations
+    written with the whole statement and every batch as JSON (``append_if``, as
+    before) give the same answers, rows and reads."""
+    ops = _random_script(seed, 300, png_bytes)
+    names = sorted({op[2] for op in ops} | {op[4] for op in ops if op[0] == "fork"})
+    ones: list[bool] = []
+    rows_params = postgres_store.rows_params
+
+    def counted(rows: Any, calls: Any) -> Any:
+        params, one = rows_params(rows, calls)
+        ones.append(one)
+        return params, one
+
+    results = []
+    for plain in (False, True):
+        with monkeypatch.context() as patch:
+            patch.setattr(postgres_store, "rows_params", counted)
+            if plain:
+                patch.setattr(postgres_store, "rows_params", lambda rows, calls: (
+                    {"batch": postgres_store.batch_json(rows, calls)}, False))
+                patch.setattr(postgres_store.Queries, "append_statement",
+                              lambda q, *parts: q.append_if)
+            first = _store(schema=_schema(), drop_schema_on_close=True)
+            second = _store(schema=first.schema)
+            try:
+                results.append((_run_script([first, second], ops), _stored(first, names)))
+            finally:
+                second.close()
+                first.close()
+    assert ones.count(True) > 50 and ones.count(False) > 50, ones
+    (fast_answers, fast_rows), (plain_answers, plain_rows) = results
+    assert fast_answers == plain_answers
+    assert fast_rows.keys() == plain_rows.keys()
+    for key in fast_rows:
+        assert fast_rows[key] == plain_rows[key], key
+    assert sum(type(a) is int for a in fast_answers) > 150
 
 
 def _concurrent_writers(writers: list[PostgresStore], work: list[list[Message]]

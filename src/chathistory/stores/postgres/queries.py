@@ -19,6 +19,7 @@ from .schema import quote_schema
 
 _ROW = "seq, id, role, data, tokens, cum_before, cut_ok, orphan, status, version"
 NO_LIMIT = 2**62
+LISTED = "updated_iso >= ''"  # true of every session; the listing indexes' condition
 
 
 class Queries:
@@ -37,7 +38,9 @@ class Queries:
         self.save_session = (f"UPDATE {s}.sessions SET version = %s, expires_at = %s, "
                              f"updated_iso = %s, payload = %s WHERE {key}")
         self.save_if = f"{self.save_session} AND version = %s"
-        listing = f"SELECT payload::text FROM {s}.sessions WHERE tenant = %s"
+        # LISTED: the condition of the listing indexes (schema m004), which no lookup by
+        # key states, so that such a lookup can only use the primary key
+        listing = f"SELECT payload::text FROM {s}.sessions WHERE {LISTED} AND tenant = %s"
         self.list_sessions: dict[tuple[bool, bool, bool], str] = {}
         for recent in (False, True):  # by (order recent, user given, cursor given)
             order = (" ORDER BY updated_iso DESC, session_id DESC LIMIT %s" if recent
@@ -125,51 +128,28 @@ class Queries:
         self.clear_cuts = (f"UPDATE {m} SET cut_ok = false WHERE {key} "
                            "AND seq >= %s AND seq < %s AND cut_ok")
         self.restore_cuts = f"UPDATE {m} SET cut_ok = true WHERE {key} AND seq = ANY(%s)"
-        # a batch's rows, kept positions and calls travel as one JSON document (``batch_json``)
-        # that the statement unpacks: one text parameter instead of thirteen arrays, whose
-        # dumping cost psycopg ~100 us per append, several times the statement's own work
-        def inserts(guarded: bool) -> str:  # guarded: only where the CTE "saved" wrote
-            where = " WHERE EXISTS (SELECT 1 FROM saved)" if guarded else ""
-            return f"""
-            added AS (
-                INSERT INTO {m} (tenant, session_id, {_ROW})
-                SELECT %(tenant)s, %(session_id)s, b.seq, b.id, b.role, decode(b.data, 'hex'),
-                    b.tokens, b.cum_before, b.cut_ok, b.orphan, b.status, b.version
-                FROM doc CROSS JOIN jsonb_to_recordset(doc.d -> 'r') AS b(
-                    seq bigint, id text, role text, data text, tokens integer,
-                    cum_before bigint, cut_ok boolean, orphan boolean, status smallint,
-                    version bigint){where}
-            ), added_ids AS (
-                INSERT INTO {s}.message_ids (tenant, session_id, id, seq, version)
-                SELECT %(tenant)s, %(session_id)s, b.id, b.seq, b.version
-                FROM doc CROSS JOIN jsonb_to_recordset(doc.d -> 'r') AS b(
-                    id text, seq bigint, version bigint){where}
-            ), added_kept AS (
-                INSERT INTO {s}.kept (tenant, session_id, seq)
-                SELECT %(tenant)s, %(session_id)s, k::bigint
-                FROM doc CROSS JOIN jsonb_array_elements_text(doc.d -> 'k') AS k{where}
-            ), added_calls AS (
-                INSERT INTO {s}.calls (tenant, session_id, call_id, seq)
-                SELECT %(tenant)s, %(session_id)s, c.key, c.value::bigint
-                FROM doc CROSS JOIN jsonb_each_text(doc.d -> 'c') AS c{where}
-                ON CONFLICT (tenant, session_id, call_id) DO UPDATE SET seq = EXCLUDED.seq
-            )"""
-
-        self.insert_batch = (f"WITH doc AS (SELECT %(batch)s::jsonb AS d), {inserts(False)} "
-                             "SELECT 1")
+        # An append's rows travel as one JSON document (``batch_json``) that the statement
+        # unpacks: one text parameter instead of thirteen arrays, whose dumping cost psycopg
+        # ~100 us per append, several times the statement's own work; a one-row append's
+        # row as plain parameters (``one_row_params``: no JSON, the message bytes in binary).
+        # A statement holds only the parts its append needs (``append_statement``): each
+        # part costs the server even with nothing to do (a one-message append took ~250 us
+        # of backend CPU with the clear, kept and calls parts, ~190 us without them).
+        self._append: dict[tuple[bool, bool, bool, bool], str] = {}
+        self._insert_batch: dict[tuple[bool, bool], str] = {}
+        for kept in (False, True):
+            for calls in (False, True):
+                self._insert_batch[kept, calls] = (
+                    f"WITH doc AS (SELECT %(batch)s::jsonb AS d), "
+                    f"{_inserts(s, False, kept, calls, False)} SELECT 1")
+                for one in (False, True):
+                    for clear in (False, True):
+                        self._append[one, clear, kept, calls] = _append_if(
+                            s, one, clear, kept, calls)
+        self.insert_batch = self._insert_batch[True, True]
         # an optimistic append in one statement (one implicit transaction): every write
         # happens only if the session is still at the version the append was planned on
-        self.append_if = f"""
-            WITH doc AS (SELECT %(batch)s::jsonb AS d), saved AS (
-                UPDATE {s}.sessions SET version = %(version)s, expires_at = %(expires_at)s,
-                    updated_iso = %(updated)s, payload = %(payload)s
-                WHERE {named} AND version = %(expected)s AND created_iso = %(created)s
-                RETURNING 1
-            ), cleared AS (
-                UPDATE {m} SET cut_ok = false WHERE {named} AND seq >= %(clear_lo)s
-                AND seq < %(clear_hi)s AND cut_ok AND EXISTS (SELECT 1 FROM saved)
-            ), {inserts(True)}
-            SELECT count(*) FROM saved"""
+        self.append_if = self._append[False, True, True, True]
         self.set_status = (f"UPDATE {m} SET status = %s WHERE {key} "
                            "AND seq >= %s AND seq < %s")
         self.set_overrides = (
@@ -199,6 +179,82 @@ class Queries:
                               f"AND sha256 = ANY(%s) AND {unused}")
 
 
+    def append_statement(self, one: bool, clear: bool, kept: bool, calls: bool) -> str:
+        """``append_if`` with only the parts an append needs: ``one`` row given as
+        plain parameters (``one_row_params``) rather than a batch, ``clear`` group starts
+        to clear, ``kept`` system or developer rows, ``calls`` tool calls."""
+        return self._append[one, clear, kept, calls]
+
+    def insert_batch_for(self, kept: bool, calls: bool) -> str:
+        """``insert_batch`` (under the row lock) with only the parts a batch needs."""
+        return self._insert_batch[kept, calls]
+
+_KEPT = ", ".join(f"'{role}'" for role in sorted(KEPT_ROLES))  # (constants of ours)
+
+
+def _inserts(s: str, one: bool, kept: bool, calls: bool, guarded: bool) -> str:
+    """The CTEs inserting an append's rows and ids, and its kept positions and its
+    calls when it has any. ``one``: one row from plain parameters (else the rows of
+    the JSON document ``doc``); ``guarded``: only where the CTE ``saved`` wrote."""
+    where = " WHERE EXISTS (SELECT 1 FROM saved)" if guarded else ""
+    if one:
+        source = """(VALUES (%(seq)s::bigint, %(id)s::text, %(role)s::text, %(data)s::bytea,
+                %(tokens)s::integer, %(cum_before)s::bigint, %(cut_ok)s::boolean,
+                %(orphan)s::boolean, %(status)s::smallint, %(row_version)s::bigint)) AS b(
+                seq, id, role, data, tokens, cum_before, cut_ok, orphan, status, version)"""
+        data, calls_doc = "b.data", "%(calls)s::jsonb"
+    else:
+        source = """doc CROSS JOIN jsonb_to_recordset(doc.d -> 'r') AS b(
+                seq bigint, id text, role text, data text, tokens integer,
+                cum_before bigint, cut_ok boolean, orphan boolean, status smallint,
+                version bigint)"""
+        data, calls_doc = "decode(b.data, 'hex')", "(SELECT d -> 'c' FROM doc)"
+    parts = [f"""
+        added AS (
+            INSERT INTO {s}.messages (tenant, session_id, {_ROW})
+            SELECT %(tenant)s, %(session_id)s, b.seq, b.id, b.role, {data},
+                b.tokens, b.cum_before, b.cut_ok, b.orphan, b.status, b.version
+            FROM {source}{where}
+            RETURNING id, seq, version, role
+        ), added_ids AS (
+            INSERT INTO {s}.message_ids (tenant, session_id, id, seq, version)
+            SELECT %(tenant)s, %(session_id)s, id, seq, version FROM added
+        )"""]
+    if kept:
+        parts.append(f"""added_kept AS (
+            INSERT INTO {s}.kept (tenant, session_id, seq)
+            SELECT %(tenant)s, %(session_id)s, seq FROM added WHERE role IN ({_KEPT})
+        )""")
+    if calls:
+        parts.append(f"""added_calls AS (
+            INSERT INTO {s}.calls (tenant, session_id, call_id, seq)
+            SELECT %(tenant)s, %(session_id)s, c.key, c.value::bigint
+            FROM jsonb_each_text({calls_doc}) AS c{where}
+            ON CONFLICT (tenant, session_id, call_id) DO UPDATE SET seq = EXCLUDED.seq
+        )""")
+    return ", ".join(parts)
+
+
+def _append_if(s: str, one: bool, clear: bool, kept: bool, calls: bool) -> str:
+    """An optimistic append in one statement: the session saved only if it is still at
+    the version (and creation) the append was planned on, everything else only where
+    it was saved; answers 1 when it wrote, 0 when the session had moved."""
+    named = "tenant = %(tenant)s AND session_id = %(session_id)s"
+    doc = "" if one else "doc AS (SELECT %(batch)s::jsonb AS d), "
+    cleared = f"""cleared AS (
+            UPDATE {s}.messages SET cut_ok = false WHERE {named} AND seq >= %(clear_lo)s
+            AND seq < %(clear_hi)s AND cut_ok AND EXISTS (SELECT 1 FROM saved)
+        ), """ if clear else ""
+    return f"""
+        WITH {doc}saved AS (
+            UPDATE {s}.sessions SET version = %(version)s, expires_at = %(expires_at)s,
+                updated_iso = %(updated)s, payload = %(payload)s
+            WHERE {named} AND version = %(expected)s AND created_iso = %(created)s
+            RETURNING 1
+        ), {cleared}{_inserts(s, one, kept, calls, True)}
+        SELECT count(*) FROM saved"""
+
+
 def session_params(session: Session) -> tuple[str, int, datetime | None, str, str]:
     payload = msgspec.json.encode(session).decode()
     return session.id, session.version, session.expires_at, recent_key(session), payload
@@ -210,7 +266,7 @@ _batch_encoder = msgspec.json.Encoder()
 def batch_json(rows: Sequence[Row], calls: Mapping[str, int]) -> str:
     """What an append writes besides its session, as the JSON document the insert
     statements unpack: ``r`` the rows (message JSON in hex: exact bytes whatever they
-    hold), ``k`` the positions of system and developer messages, ``c`` the calls."""
+    hold), ``c`` the calls."""
     for r in rows:
         refuse_nul(r.id)
         refuse_nul(r.role)
@@ -220,9 +276,25 @@ def batch_json(rows: Sequence[Row], calls: Mapping[str, int]) -> str:
         "r": [{"seq": r.seq, "id": r.id, "role": r.role, "data": r.data.hex(),
                "tokens": r.tokens, "cum_before": r.cum_before, "cut_ok": r.cut_ok,
                "orphan": r.orphan, "status": r.status, "version": r.version} for r in rows],
-        "k": [r.seq for r in rows if r.role in KEPT_ROLES],
         "c": calls,
     }).decode()
+
+
+def rows_params(rows: Sequence[Row], calls: Mapping[str, int]) -> tuple[dict[str, Any], bool]:
+    """The parameters that carry an append's rows and calls to ``append_statement``,
+    and whether they are ``one`` row's: a single row as plain parameters (its message
+    bytes sent as they are), more as ``batch_json``."""
+    if len(rows) != 1:
+        return {"batch": batch_json(rows, calls)}, False
+    (r,) = rows
+    refuse_nul(r.id)
+    refuse_nul(r.role)
+    for call_id in calls:
+        refuse_nul(call_id)
+    return {"seq": r.seq, "id": r.id, "role": r.role, "data": r.data, "tokens": r.tokens,
+            "cum_before": r.cum_before, "cut_ok": r.cut_ok, "orphan": r.orphan,
+            "status": r.status, "row_version": r.version,
+            "calls": _batch_encoder.encode(calls).decode() if calls else None}, True
 
 
 def position_runs(seqs: Sequence[int]) -> list[tuple[int, int]]:

@@ -148,11 +148,33 @@ def _m003_regroup(conn: psycopg.Connection[Any], schema: str, partitions: int | 
                      "session_id = %s AND seq >= %s AND seq <= %s AND cut_ok", (*key, lo, hi))
 
 
+def _m004_listing_indexes(conn: psycopg.Connection[Any], schema: str, partitions: int | None
+                           ) -> None:
+    """The sessions' listing indexes become partial on ``updated_iso >= ''`` (true of
+    every row), a condition only the listing statements state: a lookup by
+    ``(tenant, session_id)`` can then use the primary key only. Without table
+    statistics (a new table, autovacuum off) the planner found each session of an
+    append or a read through one of these (``(tenant, ...)``: any of them fits the
+    tenant), walking every entry of the tenant, dead ones included (each save leaves
+    one), and a generic plan keeps that choice for the connection's life. (A process of
+    an earlier release lists without the condition: by a scan, until it is upgraded.)"""
+    s = quote_schema(schema)
+    for name, columns in (("sessions_by_created", "tenant, created_iso, session_id"),
+                          ("sessions_by_user", "tenant, user_id, created_iso, session_id"),
+                          ("sessions_by_root", "tenant, root_id"),
+                          ("sessions_by_updated", "tenant, updated_iso, session_id")):
+        conn.execute(f"DROP INDEX {s}.{name}")
+        conn.execute(f"CREATE INDEX {name} ON {s}.sessions ({columns}) "
+                     "WHERE updated_iso >= ''")
+
+
 MIGRATIONS: list[tuple[str, Callable[[psycopg.Connection[Any], str, int | None], None]]] = [
     ("m001_initial", _m001_initial),
     ("m002_updated_at", _m002_updated_at),
     # parallel calls stored as consecutive messages in one batch are one group
     ("m003_regroup", _m003_regroup),
+    # a session is found by its primary key, never by walking a listing index
+    ("m004_listing_indexes", _m004_listing_indexes),
 ]
 """Named steps, applied in order, each in one transaction with its record."""
 

@@ -17,12 +17,21 @@ from psycopg.rows import args_row
 from psycopg_pool import ConnectionPool
 
 from ...errors import ChatHistoryError, Conflict
+from ...model import KEPT_ROLES
 from ...tokens import TokenCounter
 from ..backend import AppendTxn, like_pattern
 from ..base import BaseStore
 from ..model import SESSION_DECODER, Row, Session, make_row
 from .pool import Pool, configure
-from .queries import NO_LIMIT, Queries, batch_json, position_runs, session_params, sessions_of
+from .queries import (
+    NO_LIMIT,
+    Queries,
+    batch_json,
+    position_runs,
+    rows_params,
+    session_params,
+    sessions_of,
+)
 from .schema import migrate, quote_schema
 
 T = TypeVar("T")
@@ -60,8 +69,10 @@ class _Txn:
             if clear is not None and clear[0] < clear[1]:
                 conn.execute(q.clear_cuts, (*key, *clear))
             if rows or calls:
-                conn.execute(q.insert_batch, {"tenant": key[0], "session_id": key[1],
-                                              "batch": batch_json(rows, calls)})
+                conn.execute(q.insert_batch_for(any(r.role in KEPT_ROLES for r in rows),
+                                                bool(calls)),
+                             {"tenant": key[0], "session_id": key[1],
+                              "batch": batch_json(rows, calls)})
             for sha in sorted(assets):  # one order everywhere: no deadlocks between appends
                 data, media_type = assets[sha]
                 conn.execute(q.keep_asset, (key[0], sha, media_type, data))
@@ -86,6 +97,7 @@ class _OptimisticTxn(_Txn):
         super().__init__(store, conn, tenant, session_id, session)
         self._asked, self._existing = set(asked), existing
         self.planned: dict[str, Any] | None = None
+        self.statement = ""  # the append_if that writes ``planned``
         self.updated: Session | None = None
 
     def existing(self, ids: Sequence[str]) -> dict[str, int]:
@@ -100,6 +112,10 @@ class _OptimisticTxn(_Txn):
         assert self.session is not None
         self.updated = session
         _, version, expires_at, updated, payload = session_params(session)
+        params, one = rows_params(rows, calls)
+        cleared = clear is not None and clear[0] < clear[1]
+        self.statement = self.q.append_statement(
+            one, cleared, any(r.role in KEPT_ROLES for r in rows), bool(calls))
         self.planned = {
             "tenant": self.key[0], "session_id": self.key[1], "version": version,
             "expires_at": expires_at, "updated": updated, "payload": payload,
@@ -107,7 +123,7 @@ class _OptimisticTxn(_Txn):
             # and the same session: one deleted and created again restarts its versions
             "created": self.session.created_at.isoformat(),
             "clear_lo": clear[0] if clear else 0, "clear_hi": clear[1] if clear else 0,
-            "batch": batch_json(rows, calls),
+            **params,
         }
 
 
@@ -301,7 +317,7 @@ class PostgresStore(BaseStore):
                     result = fn(tx)
                     if tx.planned is None:  # nothing to write (a retry, or an error raised)
                         return result
-                    (stored,) = conn.execute(self._q.append_if, tx.planned).fetchone() or (0,)
+                    (stored,) = conn.execute(tx.statement, tx.planned).fetchone() or (0,)
                     if stored:
                         self._remember(key, tx.updated)
                         return result
@@ -344,7 +360,7 @@ class PostgresStore(BaseStore):
                 if tx.planned is None:
                     return _MISSED
                 try:
-                    (stored,) = conn.execute(self._q.append_if, tx.planned).fetchone() or (0,)
+                    (stored,) = conn.execute(tx.statement, tx.planned).fetchone() or (0,)
                 except pg_errors.UniqueViolation:
                     return _MISSED
         except _Planned:
