@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -449,7 +449,8 @@ def test_a_session_is_found_by_its_primary_key() -> None:
             params = {**planned, **postgres_store.rows_params([row], {})[0]}
             if not one:
                 params = {**planned, "batch": postgres_store.batch_json([row], {})}
-            lookups[f"append_{one}"] = (q.append_statement(one, True, True, True), params)
+            lookups[f"append_{one}"] = (q.append_statement(one, True, True, True).statement,
+                                        params)
         listings: dict[str, tuple[str, Any]] = {
             "list_created": (q.list_sessions[False, False, False], ("default", 50)),
             "list_recent": (q.list_sessions[True, False, True], ("default", "9", "s", 50)),
@@ -854,24 +855,39 @@ def test_one_row_statements_store_what_the_whole_batch_statement_stores(
     written with the whole statement and every batch as JSON (``append_if``, as
     before) give the same answers, rows and reads."""
     ops = _random_script(seed, 300, png_bytes)
-    names = sorted({op[2] for op in ops} | {op[4] for op in ops if op[0] == "fork"})
     ones: list[bool] = []
     rows_params = postgres_store.rows_params
+    statement = postgres_store.Queries.append_statement
 
     def counted(rows: Any, calls: Any) -> Any:
         params, one = rows_params(rows, calls)
         ones.append(one)
         return params, one
 
+    def fast(patch: pytest.MonkeyPatch) -> None:
+        patch.setattr(postgres_store, "rows_params", counted)
+
+    def plain(patch: pytest.MonkeyPatch) -> None:
+        patch.setattr(postgres_store, "rows_params", lambda rows, calls: (
+            {"batch": postgres_store.batch_json(rows, calls)}, False))
+        patch.setattr(postgres_store.Queries, "append_statement",
+                      lambda q, *parts: statement(q, False, True, True, True))
+
+    answers = _the_same_either_way(monkeypatch, ops, fast, plain)
+    assert ones.count(True) > 50 and ones.count(False) > 50, ones
+    assert sum(type(a) is int for a in answers) > 150
+
+
+def _the_same_either_way(monkeypatch: pytest.MonkeyPatch, ops: list[tuple[Any, ...]],
+                         fast: Callable[[pytest.MonkeyPatch], None],
+                         plain: Callable[[pytest.MonkeyPatch], None]) -> list[Any]:
+    """Runs the script (``_random_script``) on two store objects of a new schema, set
+    up by ``fast``, then by ``plain``: the same answers, rows and reads."""
+    names = sorted({op[2] for op in ops} | {op[4] for op in ops if op[0] == "fork"})
     results = []
-    for plain in (False, True):
+    for setup in (fast, plain):
         with monkeypatch.context() as patch:
-            patch.setattr(postgres_store, "rows_params", counted)
-            if plain:
-                patch.setattr(postgres_store, "rows_params", lambda rows, calls: (
-                    {"batch": postgres_store.batch_json(rows, calls)}, False))
-                patch.setattr(postgres_store.Queries, "append_statement",
-                              lambda q, *parts: q.append_if)
+            setup(patch)
             first = _store(schema=_schema(), drop_schema_on_close=True)
             second = _store(schema=first.schema)
             try:
@@ -879,13 +895,71 @@ def test_one_row_statements_store_what_the_whole_batch_statement_stores(
             finally:
                 second.close()
                 first.close()
-    assert ones.count(True) > 50 and ones.count(False) > 50, ones
     (fast_answers, fast_rows), (plain_answers, plain_rows) = results
     assert fast_answers == plain_answers
     assert fast_rows.keys() == plain_rows.keys()
     for key in fast_rows:
         assert fast_rows[key] == plain_rows[key], key
-    assert sum(type(a) is int for a in fast_answers) > 150
+    return fast_answers
+
+
+@pytest.mark.parametrize("seed", [6])
+def test_appends_sent_through_libpq_store_what_psycopg_execute_stores(
+        seed: int, png_bytes: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An append's statement goes through ``wire.run_prepared`` (libpq's prepared
+    calls); the same random operations through psycopg's ``conn.execute`` give the
+    same answers, rows and reads."""
+    ops = _random_script(seed, 300, png_bytes)
+    sent: list[str] = []
+    run_prepared = postgres_store.run_prepared
+
+    def counted(conn: Any, statement: Any, params: Any) -> int:
+        sent.append(statement.statement)
+        return run_prepared(conn, statement, params)
+
+    def executed(conn: Any, statement: Any, params: Any) -> int:
+        (value,) = conn.execute(statement.statement, params).fetchone()
+        return int(value)
+
+    _the_same_either_way(
+        monkeypatch, ops,
+        lambda patch: patch.setattr(postgres_store, "run_prepared", counted),
+        lambda patch: patch.setattr(postgres_store, "run_prepared", executed))
+    assert len(sent) > 150 and len(set(sent)) > 4, len(sent)
+
+
+def test_run_prepared_answers_and_fails_as_psycopg_does(conn: Any) -> None:
+    """``run_prepared``: the values it sends come back as psycopg's would, NUL in text
+    is refused before anything is sent, a statement someone deallocated is prepared
+    again, errors are psycopg's classes (a lost connection an ``OperationalError``),
+    and a connection with ``prepare_threshold`` None goes through ``execute``."""
+    from chathistory.errors import InvalidMessage
+    from chathistory.stores.postgres.wire import Prepared, run_prepared
+
+    conn.execute("CREATE TEMP TABLE wire_t (k text PRIMARY KEY, n bigint, b boolean, "
+                 "d bytea, t timestamptz, j json)")
+    insert = Prepared("WITH i AS (INSERT INTO wire_t VALUES (%(k)s, %(n)s, %(b)s, %(d)s, "
+                      "%(t)s, %(j)s) RETURNING n) SELECT n + %(n)s FROM i")
+    stamp = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone(timedelta(hours=2)))
+    row = {"k": "é\u2028x", "n": 2**40, "b": True, "d": bytes(range(256)), "t": stamp,
+           "j": '{"a": "\\u0000"}'}
+    assert run_prepared(conn, insert, row) == 2**41
+    assert conn.execute("SELECT k, n, b, d, t, j::text FROM wire_t").fetchone() == (
+        row["k"], 2**40, True, row["d"], stamp, row["j"])
+    with pytest.raises(InvalidMessage):
+        run_prepared(conn, insert, {**row, "k": "a\x00b"})
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        run_prepared(conn, insert, row)
+    conn.execute("DEALLOCATE ALL")
+    assert run_prepared(conn, insert, {**row, "k": "again", "n": 1, "b": False,
+                                       "t": None}) == 2
+    conn.prepare_threshold = None
+    assert run_prepared(conn, insert, {**row, "k": "unprepared", "n": 3}) == 6
+    conn.prepare_threshold = 5
+    with psycopg.connect(PG_URL, autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+    with pytest.raises(psycopg.OperationalError):
+        run_prepared(conn, insert, {**row, "k": "lost"})
 
 
 def _concurrent_writers(writers: list[PostgresStore], work: list[list[Message]]

@@ -16,6 +16,7 @@ from ..backend import recent_key
 from ..model import SESSION_DECODER, Row, Session
 from .pool import refuse_nul
 from .schema import quote_schema
+from .wire import Prepared
 
 _ROW = "seq, id, role, data, tokens, cum_before, cut_ok, orphan, status, version"
 NO_LIMIT = 2**62
@@ -135,7 +136,7 @@ class Queries:
         # A statement holds only the parts its append needs (``append_statement``): each
         # part costs the server even with nothing to do (a one-message append took ~250 us
         # of backend CPU with the clear, kept and calls parts, ~190 us without them).
-        self._append: dict[tuple[bool, bool, bool, bool], str] = {}
+        self._append: dict[tuple[bool, bool, bool, bool], Prepared] = {}
         self._insert_batch: dict[tuple[bool, bool], str] = {}
         for kept in (False, True):
             for calls in (False, True):
@@ -144,12 +145,12 @@ class Queries:
                     f"{_inserts(s, False, kept, calls, False)} SELECT 1")
                 for one in (False, True):
                     for clear in (False, True):
-                        self._append[one, clear, kept, calls] = _append_if(
-                            s, one, clear, kept, calls)
+                        self._append[one, clear, kept, calls] = Prepared(_append_if(
+                            s, one, clear, kept, calls))
         self.insert_batch = self._insert_batch[True, True]
         # an optimistic append in one statement (one implicit transaction): every write
         # happens only if the session is still at the version the append was planned on
-        self.append_if = self._append[False, True, True, True]
+        self.append_if = self._append[False, True, True, True].statement
         self.set_status = (f"UPDATE {m} SET status = %s WHERE {key} "
                            "AND seq >= %s AND seq < %s")
         self.set_overrides = (
@@ -179,7 +180,7 @@ class Queries:
                               f"AND sha256 = ANY(%s) AND {unused}")
 
 
-    def append_statement(self, one: bool, clear: bool, kept: bool, calls: bool) -> str:
+    def append_statement(self, one: bool, clear: bool, kept: bool, calls: bool) -> Prepared:
         """``append_if`` with only the parts an append needs: ``one`` row given as
         plain parameters (``one_row_params``) rather than a batch, ``clear`` group starts
         to clear, ``kept`` system or developer rows, ``calls`` tool calls."""
