@@ -481,6 +481,55 @@ def _session_scans(queries: dict[str, tuple[str, Any]], *settings: str
             for mode, name, plan in _plans(queries, *settings)}
 
 
+def test_the_connection_stack_never_keeps_a_connection_from_a_waiting_caller(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connections given back wait on the store's stack, idle ones only; a caller
+    waiting in the pool gets one given back meanwhile (or left on the stack in a race),
+    long before the pool's timeout; the stack goes back to the pool now and then, and
+    on close."""
+    from chathistory.stores.postgres import pool as pg_pool
+
+    s = _store(schema=_schema(), drop_schema_on_close=True, pool_size=2, pool_timeout=5)
+    try:
+        connections = s._connections
+        first, second = connections.take(), connections.take()
+        assert connections.pool.get_stats()["pool_available"] == 0
+        got: list[tuple[Any, float]] = []
+
+        def waiter() -> None:
+            started = time.perf_counter()
+            conn = connections.take()
+            got.append((conn, time.perf_counter() - started))
+
+        for hand_over in ("give", "race"):
+            thread = threading.Thread(target=waiter)
+            thread.start()
+            time.sleep(0.3)
+            assert not got and connections._waiting
+            if hand_over == "give":  # a caller waits: to the pool, which hands it on
+                connections.give(first)
+                assert connections._stack == []
+            else:  # given to the stack just before the caller said it waits
+                connections._stack.append(second)
+            thread.join(2)
+            conn, waited = got.pop()
+            assert conn is (first if hand_over == "give" else second) and waited < 1.0
+        connections.give(first)
+        assert connections._stack == [first]  # idle, nobody waits
+        first.execute("BEGIN")
+        connections.give(connections.take())  # in a transaction: to the pool (rolled back)
+        assert connections._stack == []
+        assert first.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        monkeypatch.setattr(pg_pool, "_RETURN_EVERY", 0.0)
+        connections.give(second)
+        assert connections._stack == []  # went back to the pool with the rest
+        assert connections.pool.get_stats()["pool_available"] == 2
+        s.append(s.create_session("x").id, [Message.user("hi")])  # the store still works
+    finally:
+        s.close()
+    assert connections._stack == [] and connections.pool.closed
+
+
 # ---------------------------------------------------------------- optimistic appends
 
 
