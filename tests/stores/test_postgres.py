@@ -484,10 +484,19 @@ def _session_scans(queries: dict[str, tuple[str, Any]], *settings: str
 def test_the_connection_stack_never_keeps_a_connection_from_a_waiting_caller(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Connections given back wait on the store's stack, idle ones only; a caller
-    waiting in the pool gets one given back meanwhile (or left on the stack in a race),
-    long before the pool's timeout; the stack goes back to the pool now and then, and
-    on close."""
+    waiting in the pool gets one given back meanwhile, also when it began to wait
+    while the connection was being given, long before the pool's timeout; the stack
+    goes back to the pool now and then, and on close."""
     from chathistory.stores.postgres import pool as pg_pool
+
+    class Flipping(list[None]):
+        """Empty for the first test of ``give``, then a waiting caller."""
+
+        tests = 0
+
+        def __bool__(self) -> bool:
+            self.tests += 1
+            return self.tests > 1 or len(self) > 1
 
     s = _store(schema=_schema(), drop_schema_on_close=True, pool_size=2, pool_timeout=5)
     try:
@@ -501,19 +510,19 @@ def test_the_connection_stack_never_keeps_a_connection_from_a_waiting_caller(
             conn = connections.take()
             got.append((conn, time.perf_counter() - started))
 
-        for hand_over in ("give", "race"):
+        for conn, race in ((first, False), (second, True)):
             thread = threading.Thread(target=waiter)
             thread.start()
             time.sleep(0.3)
             assert not got and connections._waiting
-            if hand_over == "give":  # a caller waits: to the pool, which hands it on
-                connections.give(first)
-                assert connections._stack == []
-            else:  # given to the stack just before the caller said it waits
-                connections._stack.append(second)
+            if race:  # the caller seems not to wait yet when the connection is given
+                connections._waiting = Flipping(connections._waiting)
+            connections.give(conn)
             thread.join(2)
-            conn, waited = got.pop()
-            assert conn is (first if hand_over == "give" else second) and waited < 1.0
+            assert connections._stack == []
+            taken, waited = got.pop()
+            assert taken is conn and waited < 1.0
+        connections._waiting = []
         connections.give(first)
         assert connections._stack == [first]  # idle, nobody waits
         first.execute("BEGIN")
@@ -528,7 +537,6 @@ def test_the_connection_stack_never_keeps_a_connection_from_a_waiting_caller(
     finally:
         s.close()
     assert connections._stack == [] and connections.pool.closed
-
 
 # ---------------------------------------------------------------- optimistic appends
 

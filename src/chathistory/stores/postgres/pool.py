@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
 from psycopg import pq
 from psycopg.abc import Buffer
 from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 from psycopg_pool.base import AttemptWithBackoff
 
 from ...errors import InvalidMessage
@@ -71,7 +71,6 @@ class Pool(ConnectionPool[Any]):
 
 
 
-_POLL = 0.05  # seconds: how often a caller waiting in the pool looks at the stack too
 _RETURN_EVERY = 5.0  # seconds: the stack goes back to the pool this often
 
 
@@ -101,20 +100,11 @@ class Connections:
             pass
         self._waiting.append(None)  # from now on ``give`` hands connections to the pool
         try:
-            deadline = time.monotonic() + self.pool.timeout
-            while True:
-                try:  # (one given to the stack just before this caller said it waits)
-                    return self._stack.pop()
-                except IndexError:
-                    pass
-                left = deadline - time.monotonic()
-                try:
-                    conn: psycopg.Connection[Any] = self.pool.getconn(
-                        timeout=max(0.0, min(_POLL, left)))
-                    return conn
-                except PoolTimeout:
-                    if left <= _POLL:
-                        raise
+            try:  # one given to the stack before this caller said it waits
+                return self._stack.pop()
+            except IndexError:
+                conn: psycopg.Connection[Any] = self.pool.getconn()
+                return conn
         finally:
             self._waiting.pop()
 
@@ -125,7 +115,10 @@ class Connections:
             self.pool.putconn(conn)
             return
         self._stack.append(conn)
-        if time.monotonic() - self._returned > _RETURN_EVERY:
+        if self._waiting:  # a caller began to wait after the test above and may have
+            with suppress(IndexError):  # missed the stack: the pool hands it one
+                self.pool.putconn(self._stack.pop())
+        elif time.monotonic() - self._returned > _RETURN_EVERY:
             self.return_all()
 
     @contextmanager
