@@ -327,9 +327,10 @@ class _FloorStore:
 
 
 class _PostgresFloor(_FloorStore):
-    """PostgresStore's statements (``Queries``): an append is ``append_if`` planned
-    on the session as this process last wrote it (``get_session`` the first time),
-    a window read is ``window_probe``."""
+    """PostgresStore's statements (``Queries``): an append is the ``append_statement``
+    the store picks for it (one row as plain parameters, no clear, kept or calls part),
+    planned on the session as this process last wrote it (``get_session`` the first
+    time) and run with psycopg's ``execute``; a window read is ``window_probe``."""
 
     def __init__(self, url: str) -> None:
         from psycopg_pool import ConnectionPool
@@ -352,16 +353,23 @@ class _PostgresFloor(_FloorStore):
                 session = json.loads(payload)
             expected = session.get("version", 0)
             rows = self.rows(session, messages)
-            batch = {"r": [{"seq": r[0], "id": r[1], "role": r[2], "data": r[3].hex(),
-                            "tokens": r[4], "cum_before": r[5], "cut_ok": r[6],
-                            "orphan": r[7], "status": r[8], "version": r[9]} for r in rows],
-                     "k": [], "c": {}}
-            (stored,) = conn.execute(self.q.append_if, {
+            if len(rows) == 1:
+                names = ("seq", "id", "role", "data", "tokens", "cum_before", "cut_ok",
+                         "orphan", "status", "row_version")
+                params: dict[str, Any] = {**dict(zip(names, rows[0], strict=True)),
+                                          "calls": None}
+            else:
+                params = {"batch": json.dumps({"r": [
+                    {"seq": r[0], "id": r[1], "role": r[2], "data": r[3].hex(),
+                     "tokens": r[4], "cum_before": r[5], "cut_ok": r[6], "orphan": r[7],
+                     "status": r[8], "version": r[9]} for r in rows], "k": [], "c": {}})}
+            statement = self.q.append_statement(len(rows) == 1, False, False, False)
+            (stored,) = conn.execute(statement.statement, {
                 "tenant": TENANT, "session_id": session_id, "version": session["version"],
                 "expires_at": None, "updated": session["updated_at"],
                 "payload": json.dumps(session), "expected": expected,
                 "created": datetime.fromisoformat(session["created_at"]).isoformat(),
-                "clear_lo": 0, "clear_hi": 0, "batch": json.dumps(batch)}).fetchone()
+                "clear_lo": 0, "clear_hi": 0, **params}).fetchone()
         if not stored:
             raise RuntimeError("the session moved: the floor is for one writer per session")
         self.written[session_id] = session
