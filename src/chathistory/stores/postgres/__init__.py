@@ -21,7 +21,9 @@ UPDATE``): writers to one session queue up, across processes too, while
 different sessions never wait for each other. Acknowledged writes are committed
 transactions, as durable as the server's ``fsync``/``synchronous_commit`` make them.
 
-Sessions are listed by an index range: ``(tenant, created_iso, session_id)``, or
+Sessions are listed by an index range (partial indexes whose condition only the
+listings state, so a lookup by key can only use the primary key; schema m004):
+``(tenant, created_iso, session_id)``, or
 ``(tenant, updated_iso, session_id)`` for ``order="recent"`` (``updated_iso`` is
 ``recent_key()``, written with every save). A search (``query=``) is an ``ILIKE``
 over each listed session's messages (see ``_b_matching``): it scans.
@@ -31,7 +33,8 @@ session is kept as ``json`` (not ``jsonb``, which rewrites ``1e20`` as an
 integer and refuses ``\\u0000``) beside the columns that are searched.
 
 The package, by concern: ``schema`` (tables and migrations), ``queries`` (the
-statements), ``pool`` (connections), ``store`` (``PostgresStore``).
+statements), ``pool`` (connections), ``wire`` (an append's statement through libpq's
+prepared calls), ``store`` (``PostgresStore``).
 """
 
 from __future__ import annotations
