@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import random
 import socket
 import threading
 import time
@@ -22,8 +21,9 @@ from typing import Any
 import pair_shapes
 import pytest
 import test_conformance as conformance
+from written_script import concurrent_writers, random_script, run_script
 
-from chathistory import Attachment, Conflict, KVStatus, Message
+from chathistory import Conflict, Message
 from chathistory.errors import ChatHistoryError
 from chathistory.stores import open_store
 from chathistory.tokens import cached_count
@@ -731,119 +731,6 @@ def _count_as_written(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return outcomes
 
 
-def _new_batch(rng: random.Random, k: int, open_calls: list[str], png: bytes
-               ) -> list[Message]:
-    """One to three messages: text of random length, now and then a system prompt, a
-    tool call (answered in this batch or left for a later one), an answer to an open
-    call, or an image (attachments go through the row lock)."""
-    out: list[Message] = []
-    for j in range(rng.randint(1, 3)):
-        text = f"{k}.{j} " + "word " * rng.randint(0, 60)
-        roll = rng.random()
-        if roll < 0.08:
-            out.append(Message.system(text))
-        elif roll < 0.2:
-            call = f"c{k}_{j}"
-            out.append(Message.assistant("", [{"id": call, "name": "f", "arguments": {"k": k}}]))
-            if rng.random() < 0.5:
-                out.append(Message.tool_result(call, text))
-            else:
-                open_calls.append(call)
-        elif roll < 0.3 and open_calls:
-            out.append(Message.tool_result(open_calls.pop(0), text))
-        elif roll < 0.36:
-            image = Attachment.from_bytes(png + bytes([k % 7]), name="p.png")
-            out.append(Message.user(text, image))
-        else:
-            out.append((Message.user if j % 2 == 0 else Message.assistant)(text))
-    return out
-
-
-def _random_script(seed: int, n: int, png: bytes) -> list[tuple[Any, ...]]:
-    """Operations of two writers (0 and 1, two store objects) on a few sessions, made in
-    advance so that both runs get the very same messages."""
-    rng = random.Random(seed)
-    roots, forks = ["s0", "s1", "s2"], []
-    batches: dict[str, list[list[Message]]] = {sid: [] for sid in roots}
-    calls: dict[str, list[str]] = {sid: [] for sid in roots}
-    ops: list[tuple[Any, ...]] = [("create", 0, sid) for sid in roots]
-    w, sid = 0, "s0"
-    for k in range(n):  # a writer and a session for a few operations in a row
-        if rng.random() < 0.25:
-            w = 1 - w
-        if rng.random() < 0.3:
-            sid = rng.choice(forks if forks and rng.random() < 0.25 else roots)
-        roll = rng.random()
-        earlier = batches[sid]
-        if roll < 0.12 and earlier:  # a retry of an earlier batch (stored or refused)
-            ops.append(("append", w, sid, rng.choice(earlier), None))
-        elif roll < 0.18 and earlier:  # an earlier batch and new messages together
-            batch = rng.choice(earlier) + _new_batch(rng, k, calls[sid], png)
-            earlier.append(batch)
-            ops.append(("append", w, sid, batch, None))
-        elif roll < 0.28:  # If-Match: the version this writer saw last, or an older one
-            batch = _new_batch(rng, k, calls[sid], png)
-            earlier.append(batch)
-            ops.append(("append", w, sid, batch, rng.choice(["seen", "stale"])))
-        elif roll < 0.34:  # a fork at a message of an earlier batch, or at the end
-            at = rng.choice(rng.choice(earlier)).id if earlier and rng.random() < 0.7 else None
-            fork = f"f{k}"
-            forks.append(fork)
-            batches[fork], calls[fork] = [], list(calls[sid])
-            ops.append(("fork", w, sid, at, fork))
-        elif roll < 0.39:
-            ops.append(("update", w, sid, {"k": k}))
-        elif roll < 0.44:
-            ops.append(("pop", w, sid))
-        elif roll < 0.47 and earlier:
-            ops.append(("mark", w, sid, [m.id for m in rng.choice(earlier)]))
-        elif roll < 0.49:  # the same id again: a new incarnation
-            batches[sid], calls[sid] = [], []
-            ops.append(("recreate", w, sid))
-        else:
-            batch = _new_batch(rng, k, calls[sid], png)
-            earlier.append(batch)
-            ops.append(("append", w, sid, batch, None))
-    return ops
-
-
-def _run_script(writers: list[PostgresStore], ops: list[tuple[Any, ...]]) -> list[Any]:
-    """Each operation's answer: a version, a session's counts, a message id, or the
-    error raised (its class and text)."""
-    seen: dict[tuple[int, str], int] = {}
-    out: list[Any] = []
-    for op in ops:
-        kind, w, sid = op[:3]
-        store = writers[w]
-        try:
-            if kind == "create":
-                answer: Any = store.create_session(sid).version
-            elif kind == "append":
-                batch, expected = op[3], op[4]
-                if expected is not None:
-                    expected = seen.get((w, sid), 0) - (expected == "stale")
-                answer = store.append(sid, batch, expected_version=expected)
-            elif kind == "fork":
-                fork = store.fork(sid, op[3], new_session_id=op[4])
-                answer = (fork.message_count, fork.token_count, fork.fork_seq)
-            elif kind == "update":
-                answer = store.update_session(sid, metadata=op[3]).version
-            elif kind == "pop":
-                popped = store.pop(sid)
-                answer = None if popped is None else popped.id
-            elif kind == "mark":
-                answer = store.mark(sid, op[3], KVStatus.MARKED)
-            else:  # recreate
-                store.delete_session(sid, cascade=True)
-                answer = store.create_session(sid).version
-            if kind in ("append", "update", "create", "recreate"):
-                seen[w, sid] = answer
-        except ChatHistoryError as exc:
-            answer = (type(exc).__name__, str(exc))
-        out.append(answer)
-    return out
-
-
 def _stored(store: PostgresStore, session_ids: list[str]) -> dict[str, Any]:
     """Every row of the schema (sessions without their timestamps), and what the reads
     of each session answer."""
@@ -879,7 +766,7 @@ def test_appends_planned_on_the_written_copy_store_what_the_optimistic_path_stor
     writing one session in turn, forks, pops, marks, attachments, a session deleted and
     made again) through stores that plan on their own copy of a session when they can,
     and through stores that always read it first: the same answers, the same rows."""
-    ops = _random_script(seed, 300, png_bytes)
+    ops = random_script(seed, 300, png_bytes)
     names = sorted({op[2] for op in ops} | {op[4] for op in ops if op[0] == "fork"})
     outcomes = _count_as_written(monkeypatch)
     stores: list[PostgresStore] = []
@@ -888,9 +775,9 @@ def test_appends_planned_on_the_written_copy_store_what_the_optimistic_path_stor
             first = _store(make, schema=_schema(), drop_schema_on_close=True)
             stores += [first, _store(make, schema=first.schema)]
         fast, plain = stores[:2], stores[2:]
-        fast_answers = _run_script(fast, ops)
+        fast_answers = run_script(fast, ops)
         fast_rows = _stored(fast[0], names)
-        plain_answers = _run_script(plain, ops)
+        plain_answers = run_script(plain, ops)
         plain_rows = _stored(plain[0], names)
         assert plain[0]._written == {} and plain[1]._written == {}
         assert outcomes.count("written") > 30 and outcomes.count("missed") > 30, outcomes
@@ -911,7 +798,7 @@ def test_one_row_statements_store_what_the_whole_batch_statement_stores(
     holds only the parts it needs (``append_statement``); the same random operations
     written with the whole statement and every batch as JSON (``append_if``, as
     before) give the same answers, rows and reads."""
-    ops = _random_script(seed, 300, png_bytes)
+    ops = random_script(seed, 300, png_bytes)
     ones: list[bool] = []
     rows_params = postgres_store.rows_params
     statement = postgres_store.Queries.append_statement
@@ -948,7 +835,7 @@ def _the_same_either_way(monkeypatch: pytest.MonkeyPatch, ops: list[tuple[Any, .
             first = _store(schema=_schema(), drop_schema_on_close=True)
             second = _store(schema=first.schema)
             try:
-                results.append((_run_script([first, second], ops), _stored(first, names)))
+                results.append((run_script([first, second], ops), _stored(first, names)))
             finally:
                 second.close()
                 first.close()
@@ -966,7 +853,7 @@ def test_appends_sent_through_libpq_store_what_psycopg_execute_stores(
     """An append's statement goes through ``wire.run_prepared`` (libpq's prepared
     calls); the same random operations through psycopg's ``conn.execute`` give the
     same answers, rows and reads."""
-    ops = _random_script(seed, 300, png_bytes)
+    ops = random_script(seed, 300, png_bytes)
     sent: list[str] = []
     run_prepared = postgres_store.run_prepared
 
@@ -1019,38 +906,6 @@ def test_run_prepared_answers_and_fails_as_psycopg_does(conn: Any) -> None:
         run_prepared(conn, insert, {**row, "k": "lost"})
 
 
-def _concurrent_writers(writers: list[PostgresStore], work: list[list[Message]]
-                        ) -> list[list[int]]:
-    """Two threads per store object, all on sessions ``c0`` and ``c1``: each thread appends
-    its messages one per call, every third append sent twice (a retry); the first
-    store's threads back to back, the second's a few milliseconds apart (so the first
-    often finds the session as it wrote it, and sometimes not)."""
-    versions: list[list[int]] = [[] for _ in work]
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(len(work))
-
-    def writer(i: int) -> None:
-        store, sid = writers[i % 2], f"c{i // 2 % 2}"
-        barrier.wait()
-        try:
-            for k, m in enumerate(work[i]):
-                versions[i].append(store.append(sid, [m]))
-                if k % 3 == 0:
-                    assert store.append(sid, [m]) == versions[i][-1]
-                time.sleep(0.004 * (i % 2))
-        except BaseException as exc:  # reported, not swallowed
-            errors.append(exc)
-
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(len(work))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return versions
-
-
 def test_concurrent_appends_planned_on_the_written_copy_store_what_the_optimistic_path_stores(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Two store objects, four threads, two sessions, with and without the one-round-trip
@@ -1069,7 +924,7 @@ def test_concurrent_appends_planned_on_the_written_copy_store_what_the_optimisti
             writers.append(_store(make, schema=writers[0].schema))
             for sid in ("c0", "c1"):
                 writers[0].create_session(sid)
-            versions = _concurrent_writers(writers, work)
+            versions = concurrent_writers(writers, work)
             stored = {}
             for s, sid in enumerate(("c0", "c1")):
                 mine = [i for i in range(len(work)) if i // 2 % 2 == s]
