@@ -21,7 +21,7 @@ from typing import Any
 import pair_shapes
 import pytest
 import test_conformance as conformance
-from written_script import concurrent_writers, random_script, run_script
+from written_script import concurrent_writers, count_as_written, random_script, run_script
 
 from chathistory import Conflict, Message
 from chathistory.errors import ChatHistoryError
@@ -716,21 +716,6 @@ class _OptimisticOnly(PostgresStore):
         return None
 
 
-def _count_as_written(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """What each call of ``_append_as_written`` comes to from now on: "written" or
-    "missed" (the append then goes the optimistic way)."""
-    outcomes: list[str] = []
-    as_written = PostgresStore._append_as_written
-
-    def counted(self: PostgresStore, *args: Any) -> Any:
-        result = as_written(self, *args)
-        outcomes.append("missed" if result is postgres_store._MISSED else "written")
-        return result
-
-    monkeypatch.setattr(PostgresStore, "_append_as_written", counted)
-    return outcomes
-
-
 def _stored(store: PostgresStore, session_ids: list[str]) -> dict[str, Any]:
     """Every row of the schema (sessions without their timestamps), and what the reads
     of each session answer."""
@@ -768,7 +753,7 @@ def test_appends_planned_on_the_written_copy_store_what_the_optimistic_path_stor
     and through stores that always read it first: the same answers, the same rows."""
     ops = random_script(seed, 300, png_bytes)
     names = sorted({op[2] for op in ops} | {op[4] for op in ops if op[0] == "fork"})
-    outcomes = _count_as_written(monkeypatch)
+    outcomes = count_as_written(monkeypatch, PostgresStore, postgres_store._MISSED)
     stores: list[PostgresStore] = []
     try:
         for make in (PostgresStore, _OptimisticOnly):  # two store objects on one schema
@@ -913,7 +898,7 @@ def test_concurrent_appends_planned_on_the_written_copy_store_what_the_optimisti
     messages and totals either way (only the interleaving differs)."""
     work = [[(Message.user if k % 2 else Message.assistant)(f"t{i} {k} " + "w " * (k % 13))
              for k in range(60 if i % 2 == 0 else 15)] for i in range(4)]
-    outcomes = _count_as_written(monkeypatch)
+    outcomes = count_as_written(monkeypatch, PostgresStore, postgres_store._MISSED)
     # plans after a lost race too (not the row lock for 2 s): races in the middle of the
     # one-round-trip path, not only around it
     monkeypatch.setattr(postgres_store, "_RACED_SECONDS", 0.0)

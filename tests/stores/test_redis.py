@@ -18,12 +18,13 @@ from typing import Any
 import pair_shapes
 import pytest
 import test_conformance as conformance  # the suite's functions, rerun here on a cluster
-from written_script import concurrent_writers, random_script, run_script
+from written_script import concurrent_writers, count_as_written, random_script, run_script
 
 from chathistory import Attachment, KVStatus, Message, MissingDependency, NotFound
 from chathistory.errors import ChatHistoryError
 from chathistory.stores.engine import recent_key
 from chathistory.stores.redis import RedisStore
+from chathistory.stores.redis import store as redis_module
 from chathistory.stores.redis.keys import escape
 from chathistory.stores.redis.store import _parse_url
 
@@ -524,23 +525,6 @@ class _LongWayOnly(RedisStore):
         return None
 
 
-def _count_as_written(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """What each call of ``_append_as_written`` comes to from now on: "written" or
-    "missed" (the append then goes the long way)."""
-    from chathistory.stores.redis import store as redis_module
-
-    outcomes: list[str] = []
-    as_written = RedisStore._append_as_written
-
-    def counted(self: RedisStore, *args: Any) -> Any:
-        result = as_written(self, *args)
-        outcomes.append("missed" if result is redis_module._MISSED else "written")
-        return result
-
-    monkeypatch.setattr(RedisStore, "_append_as_written", counted)
-    return outcomes
-
-
 def _stored_rows(store: RedisStore, session_ids: list[str]) -> dict[str, Any]:
     """Every key of each session (the session hash without its incarnation, epoch and
     timestamps), the tenant's assets, and what the reads of each session answer."""
@@ -584,7 +568,7 @@ def test_appends_planned_on_the_written_copy_store_what_the_long_way_stores(
     and through stores that always read it first: the same answers, the same rows."""
     ops = random_script(seed, 300, png_bytes)
     names = sorted({op[2] for op in ops} | {op[4] for op in ops if op[0] == "fork"})
-    outcomes = _count_as_written(monkeypatch)
+    outcomes = count_as_written(monkeypatch, RedisStore, redis_module._MISSED)
     stores: list[RedisStore] = []
     try:
         for make in (RedisStore, _LongWayOnly):  # two store objects on one prefix
@@ -617,7 +601,7 @@ def test_concurrent_appends_planned_on_the_written_copy_store_every_message_once
     writer's order, versions gapless, the same messages and totals either way."""
     work = [[(Message.user if k % 2 else Message.assistant)(f"t{i} {k} " + "w " * (k % 13))
              for k in range(60 if i % 2 == 0 else 15)] for i in range(4)]
-    outcomes = _count_as_written(monkeypatch)
+    outcomes = count_as_written(monkeypatch, RedisStore, redis_module._MISSED)
     results = []
     for make in (RedisStore, _LongWayOnly):
         prefix = f"t{uuid.uuid4().hex[:12]}"

@@ -13,7 +13,7 @@ from typing import Any
 from chathistory import Attachment, KVStatus, Message
 from chathistory.errors import ChatHistoryError
 
-__all__ = ["concurrent_writers", "new_batch", "random_script", "run_script"]
+__all__ = ["concurrent_writers", "count_as_written", "new_batch", "random_script", "run_script"]
 
 
 def new_batch(rng: random.Random, k: int, open_calls: list[str], png: bytes
@@ -158,3 +158,18 @@ def concurrent_writers(writers: list[Any], work: list[list[Message]]) -> list[li
     if errors:
         raise errors[0]
     return versions
+
+
+def count_as_written(monkeypatch: Any, store_class: type, missed: object) -> list[str]:
+    """What each call of ``store_class._append_as_written`` comes to from now on:
+    "written", or "missed" (it returned ``missed``: the append then goes the plain way)."""
+    outcomes: list[str] = []
+    as_written = store_class._append_as_written  # type: ignore[attr-defined]
+
+    def counted(self: Any, *args: Any) -> Any:
+        result = as_written(self, *args)
+        outcomes.append("missed" if result is missed else "written")
+        return result
+
+    monkeypatch.setattr(store_class, "_append_as_written", counted)
+    return outcomes
