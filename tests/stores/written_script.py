@@ -8,12 +8,14 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from chathistory import Attachment, KVStatus, Message
 from chathistory.errors import ChatHistoryError
 
-__all__ = ["concurrent_writers", "count_as_written", "new_batch", "random_script", "run_script"]
+__all__ = ["assert_same_runs", "checked_sessions", "concurrent_work", "concurrent_writers",
+           "count_as_written", "new_batch", "random_script", "run_script"]
 
 
 def new_batch(rng: random.Random, k: int, open_calls: list[str], png: bytes
@@ -173,3 +175,45 @@ def count_as_written(monkeypatch: Any, store_class: type, missed: object) -> lis
 
     monkeypatch.setattr(store_class, "_append_as_written", counted)
     return outcomes
+
+
+def assert_same_runs(fast: tuple[list[Any], dict[str, Any]],
+                     plain: tuple[list[Any], dict[str, Any]], outcomes: list[str]) -> None:
+    """The answers and stored rows of a script run through the stores that plan on their
+    own copy (``fast``) equal those of the plain path; both paths were taken often, and
+    most operations succeeded."""
+    (fast_answers, fast_rows), (plain_answers, plain_rows) = fast, plain
+    assert outcomes.count("written") > 30 and outcomes.count("missed") > 30, outcomes
+    assert fast_answers == plain_answers
+    assert fast_rows.keys() == plain_rows.keys()
+    for key in fast_rows:
+        assert fast_rows[key] == plain_rows[key], key
+    assert sum(type(a) is int for a in fast_answers) > 150  # most operations succeeded
+
+
+def concurrent_work() -> list[list[Message]]:
+    """The messages of ``concurrent_writers``' four threads: 60, 15, 60 and 15."""
+    return [[(Message.user if k % 2 else Message.assistant)(f"t{i} {k} " + "w " * (k % 13))
+             for k in range(60 if i % 2 == 0 else 15)] for i in range(4)]
+
+
+def checked_sessions(writers: list[Any], work: list[list[Message]], versions: list[list[int]],
+                     also: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+    """After ``concurrent_writers``: each session's versions gapless, each thread's order
+    kept (``also(session_id, session)`` checks more); what the sessions hold, to compare
+    across paths (only the interleaving may differ)."""
+    stored = {}
+    for s, sid in enumerate(("c0", "c1")):
+        mine = [i for i in range(len(work)) if i // 2 % 2 == s]
+        assert sorted(v for i in mine for v in versions[i]) == list(
+            range(1, 1 + sum(len(work[i]) for i in mine)))
+        messages = writers[1].range(sid)
+        for i in mine:  # each thread's order kept
+            assert [m.id for m in messages if m.text.startswith(f"t{i} ")] == [
+                m.id for m in work[i]]
+        session = writers[1].get_session(sid)
+        if also is not None:
+            also(sid, session)
+        stored[sid] = (sorted(m.id for m in messages), session.message_count,
+                       session.token_count, session.version)
+    return stored

@@ -32,9 +32,11 @@ from typing import Protocol, TypeVar
 
 from .model import Row, Session
 
-__all__ = ["AppendTxn", "Backend", "like_pattern", "recent_key"]
+__all__ = ["AppendTxn", "Backend", "keep_bounded", "like_pattern", "recent_key"]
 
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class AppendTxn(Protocol):
@@ -224,3 +226,15 @@ def like_pattern(needle: str) -> str:
     """A SQL ``LIKE ... ESCAPE '\\'`` pattern: ``needle`` anywhere, taken literally."""
     escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
+
+
+def keep_bounded(cache: dict[K, V], key: K, value: V, limit: int) -> None:
+    """``cache[key] = value``, then drop the oldest entries beyond ``limit``: a
+    per-process memo of sessions that several threads write without a lock (a loser
+    of a race over the oldest entry just stops trimming; the next call goes on)."""
+    cache[key] = value
+    while len(cache) > limit:
+        try:
+            cache.pop(next(iter(cache)), None)
+        except (RuntimeError, StopIteration):  # another thread changed it meanwhile
+            break

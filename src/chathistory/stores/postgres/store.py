@@ -20,7 +20,7 @@ from psycopg_pool import ConnectionPool
 from ...errors import ChatHistoryError, Conflict
 from ...model import KEPT_ROLES
 from ...tokens import TokenCounter
-from ..backend import AppendTxn, like_pattern
+from ..backend import AppendTxn, keep_bounded, like_pattern
 from ..base import BaseStore
 from ..model import SESSION_DECODER, Row, Session, make_row
 from .pool import Connections, Pool, configure
@@ -336,12 +336,7 @@ class PostgresStore(BaseStore):
                 return self._append_locked(tenant, session_id, fn)
         # lost the race: other writers are busy on this session, queue on its row lock
         # (for a while, where a plan would mostly be made in vain)
-        self._raced[key] = time.monotonic()
-        while len(self._raced) > _WRITTEN_SESSIONS:
-            try:
-                self._raced.pop(next(iter(self._raced)), None)
-            except (RuntimeError, StopIteration):
-                break
+        keep_bounded(self._raced, key, time.monotonic(), _WRITTEN_SESSIONS)
         return self._append_locked(tenant, session_id, fn)
 
     def _append_as_written(self, tenant: str, session_id: str, fn: Callable[[AppendTxn], T],
@@ -384,12 +379,7 @@ class PostgresStore(BaseStore):
         """Keep the session as this append wrote it, for the next append's plan."""
         if session is None:
             return
-        self._written[key] = session
-        while len(self._written) > _WRITTEN_SESSIONS:
-            try:
-                self._written.pop(next(iter(self._written)), None)
-            except (RuntimeError, StopIteration):  # another thread changed it meanwhile
-                break
+        keep_bounded(self._written, key, session, _WRITTEN_SESSIONS)
 
     def _append_locked(self, tenant: str, session_id: str, fn: Callable[[AppendTxn], T]) -> T:
         for attempt in range(_RETRIES):

@@ -16,7 +16,7 @@ import msgspec
 from ...errors import ChatHistoryError, Conflict, MissingDependency
 from ...model import KEPT_ROLES
 from ...tokens import TokenCounter
-from ..backend import recent_key
+from ..backend import keep_bounded, recent_key
 from ..base import BaseStore
 from ..model import SESSION_DECODER, Row, Session
 from ..regroup import regroup_spans
@@ -465,12 +465,7 @@ class RedisStore(KeyLayout, BaseStore):
 
     def _remember(self, key: tuple[str, str], written: _Written) -> None:
         """Keep the session as this append wrote it, for the next append's plan."""
-        self._written[key] = written
-        while len(self._written) > _WRITTEN_SESSIONS:
-            try:
-                self._written.pop(next(iter(self._written)), None)
-            except (RuntimeError, StopIteration):  # another thread changed it meanwhile
-                break
+        keep_bounded(self._written, key, written, _WRITTEN_SESSIONS)
 
     def _rows_at(self, tenant: str, session_id: str, seqs: Sequence[int]) -> list[Row]:
         key = self._keys(tenant, session_id).rows
@@ -536,12 +531,7 @@ class RedisStore(KeyLayout, BaseStore):
 
     def _keep_length(self, key: tuple[str, str], length: int) -> None:
         """Remember a session's length as this process last saw it (a tail read's guess)."""
-        self._lengths[key] = length
-        while len(self._lengths) > _WRITTEN_SESSIONS:
-            try:
-                self._lengths.pop(next(iter(self._lengths)), None)
-            except (RuntimeError, StopIteration):  # another thread changed it meanwhile
-                break
+        keep_bounded(self._lengths, key, length, _WRITTEN_SESSIONS)
 
     def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:
         found = self._r.zrangebyscore(self._keys(tenant, session_id).cum, cum, "+inf", 0, 1)
