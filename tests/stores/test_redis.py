@@ -621,7 +621,7 @@ def test_concurrent_appends_planned_on_the_written_copy_store_every_message_once
 
 def test_tail_reads_on_a_guessed_length_equal_the_script_and_notice_other_writers(
         redis_store: RedisStore) -> None:
-    """A tail read on the length this process saw last (one HMGET-in-MULTI, no script)
+    """A tail read on the length this process saw last (one HMGET, no script)
     answers what the script answers; when another store object appended, popped,
     marked or deleted meanwhile, the guess is wrong and the script reads instead."""
     other = RedisStore(REDIS_URL, counter="approx", prefix=redis_store.prefix)
