@@ -1,0 +1,191 @@
+// A message's parts: text (Markdown), images, audio, files, tool calls with
+// their results, reasoning.
+
+import { assetUrl } from "./api.js";
+import { codeBlock, preformatted, renderMarkdown, safeUrl } from "./markdown.js";
+import { $, anchor, button, bytes, details, fileName, fmt, h, pretty } from "./dom.js";
+
+export class PartRenderer {
+  constructor() {
+    this.calls = new Map(); // call id -> {box, result slot, state, name}
+  }
+
+  render(part) {
+    switch (part.type) {
+      case "text":
+        return renderMarkdown(part.text);
+      case "image":
+        return imagePart(part);
+      case "audio":
+        return audioPart(part);
+      case "file":
+        return filePart(part);
+      case "tool_call":
+        return this.toolCall(part);
+      case "tool_result":
+        return this.toolResult(part);
+      case "reasoning":
+        return reasoningPart(part);
+      default:
+        return details(`${part.type} part`, "unknown-part", h("pre", "json", pretty(part)));
+    }
+  }
+
+  toolCall(part) {
+    const result = h("div", "tool-result-slot", h("p", "pending", "No result yet."));
+    const state = h("span", "badge call-state pending", "pending");
+    const summary = h("summary", null, h("span", "tool-icon", "⚙"), h("span", "tool-name", part.name),
+      h("span", "tool-args-preview", argsPreview(part.arguments)), state);
+    const box = h("details", "tool-call", summary,
+      h("div", "tool-section", h("div", "label", "Arguments"), codeBlock(pretty(part.arguments ?? {}), "json")),
+      h("div", "tool-section", h("div", "label", "Result"), result),
+      h("div", "tool-id", `call ${part.id}`));
+    box.dataset.callId = part.id;
+    this.calls.set(part.id, { box, result, state, name: part.name });
+    return box;
+  }
+
+  toolResult(part) {
+    const call = this.calls.get(part.call_id);
+    const content = resultContent(part);
+    if (call) {
+      call.result.replaceChildren(content);
+      call.state.textContent = part.is_error ? "error" : "done";
+      call.state.className = `badge call-state ${part.is_error ? "error" : "done"}`;
+      if (part.is_error) call.box.classList.add("failed");
+      const jump = button(`↑ result of ${call.name}${part.is_error ? " (error)" : ""}`, "jump", () => {
+        call.box.open = true;
+        call.box.scrollIntoView({ block: "center", behavior: "smooth" });
+      });
+      // the tool message's own copy, rendered only when it is opened (a result can be large)
+      const copy = details("result", `tool-result paired${part.is_error ? " failed" : ""}`);
+      copy.addEventListener("toggle", () => {
+        if (copy.open && copy.childElementCount === 1) copy.append(resultContent(part));
+      });
+      return h("div", "tool-result-ref", jump, copy);
+    }
+    const box = details(`result of ${part.name || "an unknown call"}${part.is_error ? " (error)" : ""}`,
+      `tool-result orphan${part.is_error ? " failed" : ""}`, content,
+      h("div", "tool-id", `no call ${part.call_id} before this message`));
+    box.dataset.callId = part.call_id;
+    return box;
+  }
+
+}
+
+export function argsPreview(args) {
+  let text = "";
+  try {
+    text = JSON.stringify(args ?? {});
+  } catch { /* leave empty */ }
+  return text.length > 80 ? `${text.slice(0, 79)}…` : text;
+}
+
+export function resultContent(part) {
+  const content = part.content;
+  if (typeof content === "string") return textBlock(content);
+  const box = h("div", "result-parts");
+  for (const item of content || []) {
+    if (item.type === "text") box.append(textBlock(item.text));
+    else if (item.type === "image") box.append(imagePart(item));
+    else if (item.type === "file") box.append(filePart(item));
+    else if (item.type === "audio") box.append(audioPart(item));
+    else box.append(h("pre", "json", pretty(item)));
+  }
+  return box;
+}
+
+export function textBlock(text) {
+  const trimmed = String(text ?? "").trim();
+  if (/^[[{]/.test(trimmed)) {
+    try {
+      return codeBlock(pretty(JSON.parse(trimmed)), "json");
+    } catch { /* not JSON */ }
+  }
+  return preformatted(h("pre", "plain"), String(text ?? ""));
+}
+
+export function reasoningPart(part) {
+  const text = part.text || "";
+  const label = text ? `Reasoning (${fmt(text.length)} characters)` : "Reasoning (encrypted, kept for the provider)";
+  const box = details(label, "reasoning");
+  if (text) box.append(renderMarkdown(text));
+  else box.append(h("p", "muted", part.signature ? "signed reasoning without text" : "no readable text"));
+  return box;
+}
+
+export function imagePart(part) {
+  const figure = h("figure", "image");
+  const img = h("img");
+  img.alt = part.attachment?.name || "image";
+  img.loading = "lazy";
+  const width = part.width || part.attachment?.width;
+  const height = part.height || part.attachment?.height;
+  if (width && height) {
+    img.width = width;
+    img.height = height;
+  }
+  const caption = h("figcaption", null, fileName(part));
+  if (width && height) caption.append(` · ${width}×${height}`);
+  if (part.attachment) {
+    if (part.attachment.size) caption.append(` · ${bytes(part.attachment.size)}`);
+    assetUrl(part.attachment).then((url) => { img.src = url; },
+      (err) => { figure.replaceChildren(h("div", "error", `image not available: ${err.message}`), caption); });
+  } else if (part.url && part.url.startsWith("data:image/")) {
+    img.src = part.url;
+  } else {
+    const href = safeUrl(part.url);
+    const link = href ? anchor(href, "external", `external image: ${part.url}`) : h("span", null, `image: ${part.url || "?"}`);
+    if (href) { link.target = "_blank"; link.rel = "noopener noreferrer nofollow"; }
+    figure.append(link);
+    return figure;
+  }
+  img.addEventListener("click", () => {
+    $("lightbox-img").src = img.src;
+    $("lightbox").hidden = false;
+  });
+  figure.append(img, caption);
+  return figure;
+}
+
+export function audioPart(part) {
+  const box = h("div", "audio");
+  const audio = h("audio");
+  audio.controls = true;
+  if (part.attachment) assetUrl(part.attachment).then((url) => { audio.src = url; }, () => {});
+  else if (part.url && part.url.startsWith("data:audio/")) audio.src = part.url;
+  box.append(audio, h("div", "caption", fileName(part)));
+  if (part.transcript) box.append(h("blockquote", "transcript", part.transcript));
+  return box;
+}
+
+export function filePart(part) {
+  const name = fileName(part);
+  const info = [part.attachment?.mime_type || part.mime_type, part.attachment ? bytes(part.attachment.size) : null]
+    .filter(Boolean).join(", ");
+  if (!part.attachment) {
+    const href = safeUrl(part.url);
+    if (href) {
+      const a = anchor(href, "file-link", `⤓ ${name}`);
+      a.target = "_blank";
+      a.rel = "noopener noreferrer nofollow";
+      return h("div", "file", a, info ? h("span", "muted", ` ${info}`) : null);
+    }
+    return h("div", "file", h("span", "file-link", `⤓ ${name}`), part.url ? h("span", "muted", ` ${part.url}`) : null);
+  }
+  const link = button(`⤓ ${name}`, "file-link", async () => {
+    try {
+      const url = await assetUrl(part.attachment);
+      const a = h("a");
+      a.href = url;
+      a.download = String(name).replace(/[\\/:*?"<>|\u0000-\u001f]/g, "_") || "attachment";
+      document.body.append(a);
+      a.click();
+      a.remove();
+    } catch (err) {
+      link.textContent = `⤓ ${name} (not available: ${err.message})`;
+    }
+  });
+  return h("div", "file", link, info ? h("span", "muted", ` ${info}`) : null);
+}
+
