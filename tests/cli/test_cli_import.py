@@ -90,8 +90,8 @@ def test_sharegpt_truncated_file(cli: Run, store_url: str) -> None:
 def test_plain_report_and_warning(cli: Run, store_url: str) -> None:
     result = cli("import", SHAREGPT, "--store", store_url)
     assert result.code == 0
-    assert "(sharegpt): 5 conversations read; 3 sessions and 1 forks created, 10 messages" \
-        in result.out
+    assert ("(sharegpt) into tenant 'default': 5 conversations read; 3 sessions and 1 forks "
+            "created, 10 messages") in result.out
     assert "left out: 1 empty conversation, 2 empty message" in result.out
     assert "warning: the file is cut short: record 5" in result.err
 

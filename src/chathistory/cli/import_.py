@@ -4,20 +4,25 @@ or a chathistory export, into a store (idempotent: a second import adds nothing)
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from ..importers import ImportReport
+from ..stores.protocol import Store
 from ._common import (
     add_command,
     add_store_option,
     add_tenant_option,
     guarded,
     open_cli_store,
+    store_url,
     tenant_kwargs,
 )
 from ._output import Progress, number, print_json
+from ._tenants import DEFAULT_TENANT, command, key_tenants, note
 
 HELP = "import conversations (ShareGPT, ChatGPT export, OpenAI JSONL, chathistory export)"
 EPILOG = """\
@@ -30,11 +35,15 @@ The format is detected from the first record (--format forces one):
   chathistory  the output of `chathistory export`
 
 Ids derive from the source, so importing the same file again adds nothing.
+Sessions go to tenant 'default' (--tenant picks another; an http(s) store
+writes to its key's tenant), and the summary says which. A server shows a
+tenant's sessions to a key of that tenant; without keys, only tenant 'default'.
 
 examples:
   chathistory import conversations.json
   chathistory import --limit 200 ShareGPT_V3_unfiltered_cleaned_split.json
   chathistory import --format openai --store sqlite:///train.db train.jsonl
+  chathistory import --tenant acme conversations.json
 """
 
 
@@ -62,11 +71,11 @@ def run(args: argparse.Namespace) -> int:
     limit: int | None = args.limit
 
     def on_progress(records: int, offset: int, size: int | None) -> None:
-        note = f"{number(records)} conversations"
+        label = f"{number(records)} conversations"
         if limit:
-            progress.update(records, limit, note)
+            progress.update(records, limit, label)
         else:
-            progress.update(offset, size, note)
+            progress.update(offset, size, label)
 
     store = open_cli_store(args)
     try:
@@ -77,12 +86,51 @@ def run(args: argparse.Namespace) -> int:
                                  progress=on_progress)
             progress.finish()
         elapsed = time.perf_counter() - started
+        remote = store_url(args).lower().startswith(("http://", "https://"))
+        written_to = tenant or (_key_tenant(store) if remote else DEFAULT_TENANT)
+        seen_by = "its keys" if remote else _who_sees(store, written_to)
     finally:
         store.close()
     if args.json:
-        print_json({**report.to_dict(), "seconds": round(elapsed, 3)})
-        return 0
-    print(f"{args.file} ({report.format}): {number(report.conversations)} conversations read; "
+        print_json({**report.to_dict(), "tenant": written_to, "seconds": round(elapsed, 3)})
+    else:
+        _print_report(args, report, written_to, elapsed)
+    if seen_by == "nobody":
+        keys = command(args, f"keys create {shlex.quote(written_to)}")
+        note(f"servers on this store require API keys, and no key of tenant {written_to!r} "
+             f"exists: to see these sessions in the viewer, make one: {keys}")
+    elif seen_by == "a key":
+        keys = command(args, f"keys create {shlex.quote(written_to)}")
+        note(f"a server without keys shows tenant {DEFAULT_TENANT!r} only: to see tenant "
+             f"{written_to!r} in the viewer, make a key of it: {keys}")
+    return 0
+
+
+def _key_tenant(store: Store) -> str:
+    """The tenant of an http(s) store's API key (what it writes to)."""
+    from ..stores.remote import RemoteStore
+
+    assert isinstance(store, RemoteStore)
+    return store.tenant
+
+
+def _who_sees(store: Store, tenant: str) -> str:
+    """Who can see ``tenant``'s sessions in a server on ``store``: "anyone local"
+    (open mode, tenant 'default'), "a key" (open mode, another tenant: only once a
+    key of it exists), "its keys", or "nobody" (keys are required, none of that
+    tenant exists)."""
+    from ..server import auth
+
+    if not auth.has_keys(store):
+        return "anyone local" if tenant == DEFAULT_TENANT else "a key"
+    return "its keys" if tenant in key_tenants(store) else "nobody"
+
+
+def _print_report(args: argparse.Namespace, report: ImportReport, tenant: str,
+                  elapsed: float) -> None:
+    limit: int | None = args.limit
+    print(f"{args.file} ({report.format}) into tenant {tenant!r}: "
+          f"{number(report.conversations)} conversations read; "
           f"{number(report.sessions_created)} sessions and {number(report.forks_created)} "
           f"forks created, {number(report.messages_added)} messages added "
           f"in {elapsed:.2f} s")
@@ -98,4 +146,3 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {len(report.invalid)} invalid records skipped:", file=sys.stderr)
         for line in report.invalid[:10]:
             print(f"  {line}", file=sys.stderr)
-    return 0

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import Any
 
 from ..errors import NotFound
+from ..stores.protocol import Store
 from ._common import (
     EXIT_NOT_FOUND,
     add_command,
@@ -15,7 +17,8 @@ from ._common import (
     open_cli_store,
     store_url,
 )
-from ._output import Column, print_json, print_table
+from ._output import Column, number, print_json, print_table
+from ._tenants import DEFAULT_TENANT, command, count_sessions, key_tenants, note
 
 HELP = "manage API keys: create, list, revoke"
 EPILOG = """\
@@ -30,6 +33,10 @@ examples:
 """
 CREATE_EPILOG = """\
 Prints the key id and the secret (chk_<id>_...): the secret cannot be shown again.
+From the first key on, every server on this store requires a key for every
+request, the running ones too. A key sees only its tenant's sessions: notes on
+stderr say how many each tenant holds, and which command makes a key for data
+this key cannot see (data imported without --tenant is in tenant 'default').
 
 example:
   chathistory keys create acme --name "acme backend"
@@ -91,15 +98,39 @@ def run_create(args: argparse.Namespace) -> int:
     _check_direct(args)
     store = open_cli_store(args)
     try:
+        first = not auth.has_keys(store)
         key_id, secret = auth.create_key(store, args.tenant, args.name)
+        if args.json:
+            print_json({"id": key_id, "tenant": args.tenant, "name": args.name,
+                        "secret": secret})
+        else:
+            print(f"key {key_id} for tenant {args.tenant!r} created. Its secret, shown "
+                  "only now:")
+            print(secret)
+        _notes_after_create(args, store, first)
     finally:
         store.close()
-    if args.json:
-        print_json({"id": key_id, "tenant": args.tenant, "name": args.name, "secret": secret})
-        return 0
-    print(f"key {key_id} for tenant {args.tenant!r} created. Its secret, shown only now:")
-    print(secret)
     return 0
+
+
+def _notes_after_create(args: argparse.Namespace, store: Store, first: bool) -> None:
+    """What the new key changes and what it cannot see: the servers' mode, and the
+    sessions of the other known tenants ('default' and those with keys)."""
+    tenant: str = args.tenant
+    quoted = shlex.quote(tenant)
+    if first:
+        note("this is the store's first key: from now on every server on this store "
+             "(a running one too) requires an API key for every request, and the viewer "
+             "asks for one. A key sees only its own tenant's sessions.")
+    own = count_sessions(store, tenant)
+    note(f"this key sees tenant {tenant!r}: {number(own)} sessions"
+         + ("" if own else f" so far (import into it with: "
+            f"{command(args, f'import FILE --tenant {quoted}')})"))
+    for other in sorted(({DEFAULT_TENANT} | key_tenants(store)) - {tenant}):
+        held = count_sessions(store, other)
+        if held:
+            note(f"tenant {other!r} holds {number(held)} sessions that this key cannot see; "
+                 f"a key for them: {command(args, f'keys create {shlex.quote(other)}')}")
 
 
 @guarded("keys list")
