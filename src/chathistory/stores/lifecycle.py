@@ -4,6 +4,8 @@
 ``clear``, ``mark``; ``fork``, ``edit``, ``lineage``; ``delete_session``, ``erase``,
 ``purge_expired``; and the reuse of an expired session's id. A fork shares its
 parent's rows, so a change that would alter what a live fork sees is refused.
+A branch (a fork, an edit) starts without the parent's bookkeeping about its
+messages (``branch_state``).
 """
 
 from __future__ import annotations
@@ -22,9 +24,25 @@ from .engine import Engine
 from .errors import translate_store_error
 from .model import DEFAULT_TENANT, MESSAGE_DECODER, Session, utcnow
 
-__all__ = ["Lifecycle"]
+__all__ = ["BOOKKEEPING_KEY", "Lifecycle", "branch_state"]
 
 log = logging.getLogger("chathistory.stores")
+
+BOOKKEEPING_KEY = "chathistory"
+"""``Session.state`` under this key and keys starting ``chathistory.`` is the library's
+bookkeeping about the session's messages: the context window's layout
+(``chathistory.window``, with message ids and token positions) and a
+``HistoryProvider``'s (``chathistory`` by default: head and live counts, the window,
+the summary, evicted ids). Every other key is the application's."""
+
+
+def branch_state(state: dict[str, Any]) -> dict[str, Any]:
+    """The state a fork or an edit's branch starts with: the parent's without its
+    bookkeeping (``BOOKKEEPING_KEY``), which names messages the branch may lack and
+    counts that are the parent's; the branch's first window plan or provider turn
+    makes its own. The application's keys are copied."""
+    return {key: value for key, value in state.items()
+            if key != BOOKKEEPING_KEY and not key.startswith(BOOKKEEPING_KEY + ".")}
 
 
 class Lifecycle(Engine):
@@ -201,7 +219,9 @@ class Lifecycle(Engine):
     def fork(self, session_id: str, at_message_id: str | None = None, *,
              tenant: str = DEFAULT_TENANT, new_session_id: str | None = None) -> Session:
         """A new session sharing this one's messages up to and including
-        ``at_message_id`` (all of them by default), without copying them."""
+        ``at_message_id`` (all of them by default), without copying them. Its
+        metadata and state are the parent's, the state without the bookkeeping
+        about messages (``branch_state``)."""
         session = self.get_session(session_id, tenant=tenant)
         if at_message_id is None:
             fork_seq = session.message_count
@@ -227,7 +247,7 @@ class Lifecycle(Engine):
         now = utcnow()
         child = Session(
             id=sid, tenant=session.tenant, user=session.user, metadata=dict(session.metadata),
-            state=dict(session.state), created_at=now, updated_at=now,
+            state=branch_state(session.state), created_at=now, updated_at=now,
             expires_at=session.expires_at, parent_id=session.id, fork_seq=fork_seq,
             root_id=session.root_id or session.id, message_count=fork_seq,
             token_count=token_count, ends_reasoning_only=ends_reasoning,
@@ -238,7 +258,8 @@ class Lifecycle(Engine):
     def edit(self, session_id: str, message_id: str, message: Message, *,
              tenant: str = DEFAULT_TENANT) -> Session:
         """Editing an earlier message makes a branch: a fork that shares everything
-        before it and continues with ``message``. Returns the new session."""
+        before it and continues with ``message`` (its state as a fork's,
+        ``branch_state``). Returns the new session."""
         message.validate()
         session = self.get_session(session_id, tenant=tenant)
         row = self._find_row(session, message_id)
