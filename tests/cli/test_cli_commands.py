@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -274,3 +275,34 @@ def test_serve(tmp_path: Path, store_url: str) -> None:
 def test_serve_refuses_public_host_without_keys(cli: Run, store_url: str) -> None:
     result = cli("serve", "--host", "0.0.0.0", "--port", "1", "--store", store_url)
     assert result.code == 2 and "refusing to serve 0.0.0.0" in result.err
+
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A port with a real listener on 127.0.0.1."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        yield busy.getsockname()[1]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_serve_on_a_busy_port(cli: Run, store_url: str, host: str, busy_port: int) -> None:
+    port = busy_port
+    result = cli("serve", "--host", host, "--port", str(port), "--store", store_url)
+    assert result.code == 3  # docs/cli.md: the address cannot be listened on
+    assert result.err.splitlines() == [
+        f"chathistory serve: cannot listen on {host}:{port}: the port is in use (another "
+        f"chathistory serve?); stop that server or pick another port with --port, e.g. "
+        f"--port {port + 1}"]
+    assert "serving" not in result.out + result.err  # said before anything else
+
+
+def test_serve_exit_status_of_a_busy_port_from_the_shell(store_url: str, busy_port: int
+                                                         ) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "chathistory", "serve", "--port", str(busy_port), "--store",
+         store_url], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3
+    assert f"127.0.0.1:{busy_port}: the port is in use" in done.stderr

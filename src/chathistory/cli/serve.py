@@ -6,7 +6,11 @@ import argparse
 from typing import Any
 
 from ..errors import MissingDependency
-from ._common import add_command, add_store_option, guarded, store_url
+from ._common import add_command, add_store_option, fail, guarded, store_url
+
+EXIT_CANNOT_LISTEN = 3
+"""The port is in use or not permitted (uvicorn's own code for a failed start, should
+the port be taken between the check and its bind)."""
 
 HELP = "serve a store over HTTP (API under /v1, viewer at /)"
 EPILOG = """\
@@ -19,6 +23,8 @@ revoked one, keys are always required.
 Request heads are limited to 64 KiB and 10 s; past --max-connections (default:
 the open-files limit less a quarter) the connection idle longest is closed.
 Needs the server extra: pip install 'chathistory[server]'.
+Exit status: 0 once stopped by Ctrl-C, 2 for bad options, a refused setup or an
+unusable store, 3 when the address cannot be listened on (a port in use: --port).
 
 examples:
   chathistory serve
@@ -52,6 +58,7 @@ def register(commands: Any) -> None:
 
 @guarded("serve")
 def run(args: argparse.Namespace) -> int:
+    from ..server import PortUnavailable
     from ..server import run as serve
 
     if not 0 <= args.port <= 65535:
@@ -67,7 +74,10 @@ def run(args: argparse.Namespace) -> int:
         except ImportError as exc:
             raise MissingDependency(exc.name or "uvicorn", "server") from exc
         limits = ConnectionLimits(max_connections=args.max_connections)
-    serve(store_url(args), host=args.host, port=args.port, asset_dir=args.asset_dir,
-          require_keys=args.require_keys, workers=args.workers, log_level=args.log_level,
-          allowed_hosts=args.allow_host, connections=limits)
+    try:
+        serve(store_url(args), host=args.host, port=args.port, asset_dir=args.asset_dir,
+              require_keys=args.require_keys, workers=args.workers, log_level=args.log_level,
+              allowed_hosts=args.allow_host, connections=limits)
+    except PortUnavailable as exc:
+        return fail("serve", exc, EXIT_CANNOT_LISTEN)
     return 0

@@ -37,8 +37,10 @@ The front door, before any route runs:
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
+import socket
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -49,7 +51,7 @@ from ..errors import ChatHistoryError, MissingDependency
 if TYPE_CHECKING:
     from .connections import ConnectionLimits
 
-__all__ = ["ServerConfigError", "is_loopback_host", "run"]
+__all__ = ["PortUnavailable", "ServerConfigError", "is_loopback_host", "run"]
 
 _APP_FACTORY = "chathistory.server:_app_from_env"
 _ENV = "CHATHISTORY_SERVE_CONFIG"
@@ -57,6 +59,51 @@ _ENV = "CHATHISTORY_SERVE_CONFIG"
 
 class ServerConfigError(ChatHistoryError, ValueError):
     """The server cannot start as configured (e.g. a public address without keys)."""
+
+
+class PortUnavailable(ServerConfigError):
+    """The address cannot be listened on: the port is in use, or not permitted."""
+
+
+def _check_listenable(host: str, port: int) -> None:
+    """Raise ``PortUnavailable`` unless ``host:port`` can be bound now, every address
+    ``host`` names (as uvicorn binds them, with ``SO_REUSEADDR``), so that a busy
+    port is one clear line before anything says "serving"."""
+    shown = f"[{host}]" if ":" in host else host
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise PortUnavailable(f"cannot listen on {host}: {exc.strerror}; pick another "
+                              "address with --host") from None
+    bound = 0
+    unavailable: OSError | None = None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # as asyncio does: the IPv6 socket, IPv6 only
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+                bound += 1
+            except OSError as exc:
+                if exc.errno == errno.EADDRNOTAVAIL:  # a family not enabled: asyncio skips it
+                    unavailable = exc
+                    continue
+                raise PortUnavailable(_cannot_listen(shown, port, exc)) from None
+    if not bound and unavailable is not None:
+        raise PortUnavailable(_cannot_listen(shown, port, unavailable))
+
+
+def _cannot_listen(shown: str, port: int, exc: OSError) -> str:
+    where = f"cannot listen on {shown}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return (f"{where}: the port is in use (another chathistory serve?); stop that "
+                f"server or pick another port with --port, e.g. --port {port + 1}")
+    if exc.errno == errno.EACCES:
+        return (f"{where}: permission denied (ports below 1024 need privileges); pick "
+                "another port with --port, e.g. --port 8000")
+    return f"{where}: {exc.strerror}; pick another address with --host or port with --port"
 
 
 def is_loopback_host(host: str) -> bool:
@@ -120,7 +167,8 @@ def run(store_url: str = "sqlite:///chathistory.db", host: str = "127.0.0.1",
     ``connections``: head size and time limits and the connection cap
     (``server.connections``; the defaults: 64 KiB, 10 s, the open-files limit less
     a quarter). The server holds no state, so ``workers`` > 1 runs that many
-    processes.
+    processes. An address that cannot be listened on (a port in use) raises
+    ``PortUnavailable`` before anything is printed.
     """
     _need_server_extra()
     import msgspec
@@ -147,6 +195,7 @@ def run(store_url: str = "sqlite:///chathistory.db", host: str = "127.0.0.1",
                 "127.0.0.1")
     finally:
         store.close()
+    _check_listenable(host, port)
     shown = f"[{host}]" if ":" in host else host
     print(f"chathistory serving {store_url} at http://{shown}:{port}/ "
           f"(API under /v1, OpenAPI at /openapi.json)", file=out, flush=True)
