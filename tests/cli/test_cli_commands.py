@@ -110,9 +110,12 @@ def test_show_unknown_session(cli: Run, store_url: str) -> None:
 def test_export_import_round_trip(cli: Run, loaded: str, other_store_url: str,
                                   tmp_path: Path) -> None:
     dump = tmp_path / "dump.jsonl"
-    assert cli("export", "--output", dump, "--store", loaded).code == 0
+    exported = cli("export", "--output", dump, "--store", loaded)
+    assert exported.code == 0
     lines = dump.read_text().splitlines()
     assert sum(json.loads(line)["kind"] == "session" for line in lines) == 11
+    assert len(lines) == 11 + 39
+    assert exported.out == f"wrote 11 sessions and 39 messages to {dump}\n"
     report = cli("import", dump, "--store", other_store_url, "--json").json()
     assert report["format"] == "chathistory"
     assert report["conversations"] == 11
@@ -141,8 +144,9 @@ def test_export_import_round_trip(cli: Run, loaded: str, other_store_url: str,
     assert content(second) == content(dump)
     # the same through a pipe, on standard output
     sid = session_ids(cli, loaded)[0]
-    one = cli("export", "--session", sid, "--store", loaded).out.splitlines()
+    one = cli("export", "--session", sid, "--store", loaded).out.splitlines()  # no summary
     assert json.loads(one[0])["session"]["id"] == sid and len(one) > 1
+    assert all(json.loads(line)["kind"] == "message" for line in one[1:])
 
 
 def test_import_export_with_limit(cli: Run, loaded: str, other_store_url: str,

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from typing import Any
+
+import msgspec
 
 from ._common import (
     add_command,
@@ -14,17 +17,26 @@ from ._common import (
     open_cli_store,
     tenant_kwargs,
 )
+from ._output import number
 
 HELP = "export sessions and their messages as JSON lines (attachments inline)"
 EPILOG = """\
 The output is what `chathistory import` (and Store.import_) reads back: a
-session line, then its own messages; forks follow their parent.
+session line, then its own messages; forks follow their parent. With --output,
+a line on standard output says how many sessions and messages it wrote.
 
 examples:
   chathistory export > backup.jsonl
   chathistory export --session 2f0c9c1e-... --output one.jsonl
   chathistory export --store sqlite:///a.db | chathistory import --store sqlite:///b.db -
 """
+
+
+class _Kind(msgspec.Struct):
+    kind: str
+
+
+_kind_decoder = msgspec.json.Decoder(_Kind)
 
 
 def register(commands: Any) -> None:
@@ -44,9 +56,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         lines = store.export(session_ids=args.sessions, **tenant_kwargs(args))
         if args.output:
+            written: Counter[str] = Counter()
             with open(args.output, "wb") as out:
                 for line in lines:
                     out.write(line)
+                    written[_kind_decoder.decode(line).kind] += 1
+            print(f"wrote {number(written['session'])} sessions and "
+                  f"{number(written['message'])} messages to {args.output}")
         else:
             try:
                 write = sys.stdout.buffer.write
