@@ -63,7 +63,8 @@ _encoder = msgspec.json.Encoder()
 
 class RemoteError(ChatHistoryError):
     """The server refused a request for a reason the library has no error for
-    (401, 403, 413, 415, 5xx); ``status`` and ``type`` say which."""
+    (401, 403, 413, 415, 5xx); ``status`` and ``type`` say which. A 401's message
+    says where this client takes its key from (``CHATHISTORY_API_KEY``)."""
 
     def __init__(self, status: int, type: str, message: str) -> None:
         super().__init__(f"{status} {type}: {message}")
@@ -562,6 +563,21 @@ def _retry_after(response: httpx.Response) -> float | None:
     return seconds if 0 <= seconds < 86_400 else None
 
 
+def _key_hint(response: httpx.Response) -> str:
+    """What to do about a 401: where this client takes its key from."""
+    try:
+        sent = "authorization" in response.request.headers
+    except RuntimeError:  # a response built without its request
+        sent = False
+    make = ("`chathistory keys create TENANT --store URL` on the server's store makes one "
+            "(a key sees only its tenant's sessions)")
+    if sent:
+        return (". The server does not accept the API key this client sent (from "
+                f"CHATHISTORY_API_KEY, api_key= or tenant_keys=): revoked, or of another store; {make}")
+    return (". This client sent no API key: set CHATHISTORY_API_KEY to a key of this "
+            f"server (or pass api_key= to RemoteStore); {make}")
+
+
 def _raise_for(response: httpx.Response) -> NoReturn:
     status = response.status_code
     try:
@@ -578,6 +594,8 @@ def _raise_for(response: httpx.Response) -> NoReturn:
         raise Conflict(message)
     if status == 400:
         raise InvalidArgument(message)
+    if status == 401:
+        message += _key_hint(response)
     hinted = _retry_after(response)
     if status == 507:
         raise StorageFull(message, retry_after=30.0 if hinted is None else hinted)
