@@ -6,6 +6,10 @@ const KEY_NAME = "chathistory.key";
 
 let apiKey = sessionStorage.getItem(KEY_NAME) || localStorage.getItem(KEY_NAME) || "";
 
+// who the server says we are (GET /v1/me, read by router.start before each
+// route): the tenant, and the key's id (null in open mode, where no key is used)
+export const me = { tenant: null, keyId: null };
+
 export class ApiError extends Error {
   constructor(status, message, path) {
     super(message);
@@ -35,7 +39,8 @@ export async function request(path) {
       field = body.error.path;
     }
   } catch { /* not JSON */ }
-  if (res.status === 401 || res.status === 403) askForKey(message);
+  if (res.status === 401 && !apiKey) askForKey("This server needs an API key.");
+  else if (res.status === 401 || res.status === 403) askForKey(`Refused: ${message}`, true);
   throw new ApiError(res.status, message, field);
 }
 
@@ -61,16 +66,21 @@ export async function assetUrl(attachment) {
 
 // ------------------------------------------------------------------ key dialog
 
-export function askForKey(reason) {
+// The dialog says why it opened (a refusal is shown in it as an error, so that
+// on a phone, where it covers most of the page, the reason is still in view)
+// and, in its markup, how to get a key and what a key sees.
+export function askForKey(reason, refused = false) {
   const dialog = $("key-dialog");
-  $("key-reason").textContent = reason || "Paste an API key (chathistory keys create TENANT).";
+  const said = $("key-reason");
+  said.textContent = reason || "Paste an API key for this server.";
+  said.classList.toggle("error", refused);
   $("key-input").value = "";
   if (!dialog.open) dialog.showModal();
   $("key-input").focus();
 }
 
 export function setupKeyDialog(onChange) {
-  $("key-button").addEventListener("click", () => askForKey("Paste an API key for this server."));
+  $("key-button").addEventListener("click", () => askForKey());
   $("key-form").addEventListener("submit", () => {
     apiKey = $("key-input").value.trim();
     sessionStorage.removeItem(KEY_NAME);

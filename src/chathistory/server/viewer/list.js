@@ -1,7 +1,7 @@
 // The session list: filters, search and one card per session.
 
-import { api } from "./api.js";
-import { anchor, button, enc, fmt, h, nav, plural, showError, textOf, titleOf, when } from "./dom.js";
+import { api, me } from "./api.js";
+import { anchor, button, enc, fmt, h, nav, plural, roleClass, showError, titleOf, when } from "./dom.js";
 import { route } from "./router.js";
 
 const LIST_PAGE = 50;
@@ -41,16 +41,17 @@ export function showList(params, main, gen) {
   });
   orderSelect.addEventListener("change", () => form.requestSubmit());
 
+  const status = h("div", "list-status", "Loading…");
+  status.setAttribute("role", "status");
   const list = h("ul", "sessions");
-  const status = h("p", "list-status", "Loading…");
   const more = button("Load more", "more", () => loadPage());
   more.hidden = true;
-  main.append(h("h1", "page-title", q ? `Sessions matching “${q}”` : "Sessions"), form, list, status, more);
+  main.append(h("h1", "page-title", q ? `Sessions matching “${q}”` : "Sessions"), form, status, list, more);
 
   let cursor = null;
   let shown = 0;
-  const previews = queue(4);
 
+  // one request a page: titles, previews, snippets and the total come in it
   async function loadPage() {
     more.disabled = true;
     const qs = new URLSearchParams({ limit: String(LIST_PAGE), order });
@@ -69,61 +70,112 @@ export function showList(params, main, gen) {
       if (gen !== nav.generation) return;
       status.textContent = "";
       showError(status, err);
+      more.disabled = false;
       return;
     }
     if (gen !== nav.generation) return;
     for (const session of page.items) {
-      list.append(sessionRow(session, previews, gen));
+      list.append(sessionRow(session));
       shown++;
     }
     cursor = page.next_cursor;
     more.hidden = !cursor;
     more.disabled = false;
-    status.textContent = shown ? `${fmt(shown)} session${shown === 1 ? "" : "s"}${cursor ? " so far" : ""}`
-      : (q || meta ? "No session matches." : "No sessions yet. Import some with: chathistory import FILE");
+    if (shown) status.replaceChildren(countLine(shown, page));
+    else if (q || meta) status.replaceChildren("No session matches.");
+    else status.replaceChildren(...emptyState());
   }
   loadPage();
 }
 
-export function queue(concurrency) {
-  let running = 0;
-  const waiting = [];
-  const next = () => {
-    if (running >= concurrency || !waiting.length) return;
-    running++;
-    const job = waiting.shift();
-    job().finally(() => { running--; next(); });
-  };
-  return (job) => { waiting.push(job); next(); };
+// "50 of 17,552 sessions"; a search counts up to a bound: "50 of 1,000+ sessions"
+export function countLine(shown, page) {
+  if (!Number.isFinite(page.total)) { // a server without totals
+    return `${plural(shown, "session")}${page.next_cursor ? " so far" : ""}`;
+  }
+  if (page.total_is_lower_bound) return `${fmt(shown)} of ${fmt(Math.max(page.total, shown))}+ sessions`;
+  if (shown >= page.total) return plural(shown, "session");
+  return `${fmt(shown)} of ${fmt(page.total)} sessions`;
 }
 
-export function sessionRow(session, previews, gen) {
-  const title = titleOf(session);
+// An empty list says where sessions go: with keys in use, the tenant the key
+// sees and how imported sessions reach it (or a key reaches them).
+function emptyState() {
+  const code = (text) => h("code", null, text);
+  if (!me.keyId) return ["No sessions yet. Import some with: ", code("chathistory import FILE")];
+  const tenant = me.tenant || "?";
+  const lines = [h("p", null, `No sessions in tenant ${tenant}.`)];
+  if (tenant === "default") {
+    lines.push(h("p", null, "Sessions imported with ", code("chathistory import FILE"),
+      " go to tenant default, which this key sees."));
+  } else {
+    lines.push(h("p", null, "Sessions imported with ", code("chathistory import FILE"),
+      " go to tenant default unless ", code(`--tenant ${tenant}`), " is given (",
+      code(`chathistory import FILE --tenant ${tenant}`), "). A key of tenant default sees them (",
+      code("chathistory keys create default"), ")."));
+  }
+  return lines;
+}
+
+export function sessionRow(session) {
+  // the server's title (metadata title, else the first user message); an
+  // older server sends none, and then only a metadata title is known
+  const title = session.title === undefined ? titleOf(session) : session.title;
   const titleNode = h("span", "session-title", title || session.id);
   if (!title) titleNode.classList.add("untitled");
-  const preview = h("span", "session-preview");
+  const preview = session.preview && !repeats(session.preview, title) ? session.preview : null;
   const meta = h("span", "session-meta",
+    h("span", "session-id", session.id),
     h("span", "count", plural(session.message_count, "message")),
     h("span", "count", `${fmt(session.token_count)} tokens`),
     session.user ? h("span", "user", `user ${session.user}`) : null,
     session.parent_id ? h("span", "branch-flag", `fork of ${session.parent_id}`) : null,
     when(session.updated_at));
-  meta.prepend(h("span", "session-id", session.id));
-  const link = anchor(`#/s/${enc(session.id)}`, "session-link", titleNode, preview, meta);
-  const row = h("li", "session-row", link);
+  const snippet = session.snippet ? snippetLink(session.id, session.snippet) : null;
+  const link = anchor(`#/s/${enc(session.id)}`, "session-link", titleNode,
+    preview && !snippet ? h("span", "session-preview", preview) : null, meta);
+  const row = h("li", "session-row", link, snippet);
   row.dataset.sessionId = session.id;
-  if (session.message_count > 0) {
-    previews(async () => {
-      if (gen !== nav.generation) return;
-      try {
-        const { messages } = await api(`/v1/sessions/${enc(session.id)}/messages?start=0&stop=6&include_marked=true`);
-        const first = messages.find((m) => m.role === "user") || messages.find((m) => textOf(m)) || null;
-        if (!first) return;
-        if (title) preview.textContent = textOf(first, 160);
-        else titleNode.textContent = textOf(first, 120) || session.id; // untitled: its opening line
-      } catch { /* a preview is optional */ }
-    });
-  }
   return row;
 }
 
+// true when a preview only says again what the title (cut from the same
+// first message) says
+function repeats(preview, title) {
+  if (!title) return false;
+  const stem = title.endsWith("…") ? title.slice(0, -1) : title;
+  return preview.startsWith(stem);
+}
+
+// Where a search matched: the message's role and text, each match in a
+// <mark>, linking to that message in its session.
+function snippetLink(sessionId, snippet) {
+  const role = String(snippet.role || "");
+  const text = h("span", "snippet-text", ...highlighted(String(snippet.text || ""), snippet.match));
+  const at = snippet.message_id ? `?m=${enc(snippet.message_id)}` : "";
+  const link = anchor(`#/s/${enc(sessionId)}${at}`, "session-snippet",
+    h("span", `snippet-role ${roleClass(role)}`, role), text);
+  link.title = "Open the session at this message";
+  return link;
+}
+
+// text split at the [start, end) ranges (UTF-16 offsets, JavaScript's string
+// indices) into text and <mark> nodes; ranges out of order, overlapping or
+// out of bounds are clipped or skipped rather than trusted
+export function highlighted(text, ranges) {
+  const spans = (Array.isArray(ranges) ? ranges : [])
+    .filter((r) => Array.isArray(r) && Number.isInteger(r[0]) && Number.isInteger(r[1]))
+    .sort((a, b) => a[0] - b[0]);
+  const out = [];
+  let at = 0;
+  for (const [start, end] of spans) {
+    const from = Math.max(start, at);
+    const to = Math.min(end, text.length);
+    if (to <= from) continue;
+    if (from > at) out.push(text.slice(at, from));
+    out.push(h("mark", null, text.slice(from, to)));
+    at = to;
+  }
+  if (at < text.length) out.push(text.slice(at));
+  return out;
+}

@@ -1,6 +1,6 @@
 // Hash routes: #/ (the session list, with its filters) and #/s/ID (a session).
 
-import { api } from "./api.js";
+import { api, me } from "./api.js";
 import { $, nav } from "./dom.js";
 import { showList } from "./list.js";
 import { showSession } from "./session.js";
@@ -21,10 +21,13 @@ export function route() {
 
 export async function start() {
   $("tenant").textContent = "";
+  me.tenant = me.keyId = null;
   try {
-    const me = await api("/v1/me");
-    $("tenant").textContent = `tenant ${me.tenant}`;
-    $("tenant").title = me.key_id ? `key ${me.key_id}` : "no key (loopback, open mode)";
+    const found = await api("/v1/me");
+    me.tenant = found.tenant;
+    me.keyId = found.key_id || null;
+    $("tenant").textContent = `tenant ${found.tenant}`;
+    $("tenant").title = found.key_id ? `key ${found.key_id}` : "no key (loopback, open mode)";
   } catch {
     /* no tenant shown: a 401/403 has opened the key dialog; other errors show on the page */
   }
