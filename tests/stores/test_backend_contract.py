@@ -16,7 +16,8 @@ from chathistory.stores.engine import Engine
 from chathistory.stores.model import Row, Session
 
 REQUIRED = sorted(Backend.__abstractmethods__)
-OPTIONAL = ["_b_clock", "_b_tail_probe", "_b_window_probe"]
+OPTIONAL = ["_b_clock", "_b_count_sessions", "_b_first_user_rows", "_b_rows_containing",
+            "_b_tail_probe", "_b_window_probe"]
 
 
 def _backend_classes() -> list[type[BaseStore]]:

@@ -32,11 +32,14 @@ from typing import Protocol, TypeVar
 
 from .model import Row, Session
 
-__all__ = ["AppendTxn", "Backend", "keep_bounded", "like_pattern", "recent_key"]
+__all__ = ["AppendTxn", "Backend", "Span", "keep_bounded", "like_pattern", "recent_key"]
 
 T = TypeVar("T")
 K = TypeVar("K")
 V = TypeVar("V")
+
+Span = tuple[str, int, int]
+"""``(session_id, lo, hi)``: a session's own positions ``lo <= seq < hi``."""
 
 
 class AppendTxn(Protocol):
@@ -208,6 +211,27 @@ class Backend(abc.ABC):
         (None when unknown) and, for a session that is not a fork, its newest ``rows``
         rows (fewer when it has fewer); the rows of a fork are not used. None: not
         implemented, the engine reads the session, then the rows."""
+        return None
+
+    def _b_count_sessions(self, tenant: str, user: str | None, now: datetime) -> int | None:
+        """Optional, a count the database keeps cheap: the sessions of ``tenant`` (only
+        ``user``'s, when given) that are not expired at ``now``. None: not implemented,
+        the engine counts a listing."""
+        return None
+
+    def _b_first_user_rows(self, tenant: str, spans: Sequence[Span]
+                           ) -> list[Row | None] | None:
+        """Optional, one read for many sessions: for each ``(session_id, lo, hi)``, the
+        own row with role ``user`` and the smallest seq in ``[lo, hi)``, or None. None:
+        not implemented, the engine reads rows a batch at a time."""
+        return None
+
+    def _b_rows_containing(self, tenant: str, spans: Sequence[Span], needle: str,
+                           limit: int) -> list[list[Row]] | None:
+        """Optional, one read for many sessions: for each ``(session_id, lo, hi)``, the
+        first ``limit`` own rows in ``[lo, hi)``, ascending, whose stored JSON contains
+        ``needle`` (compared as ``_b_matching`` does). None: not implemented, the engine
+        reads rows a batch at a time."""
         return None
 
     def _b_clock(self) -> datetime | None:

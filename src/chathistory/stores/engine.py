@@ -6,7 +6,8 @@ optimistic concurrency, pair-safe reads, forks that share their prefix) live her
 and each backend only moves rows. It is built in layers, each on the one before:
 ``Sessions`` (``sessions.py``: the counter, the clock, sessions and their
 listing), ``Reads`` (``reads.py``: pair-safe reads through a fork's ancestors) and
-``Appending`` (``append.py``: the append path). ``BaseStore`` (``base.py``) adds
+``Appending`` (``append.py``: the append path); ``Browse`` (``browse.py``: a page's
+first user messages and search matches) sits beside ``Appending``. ``BaseStore`` (``base.py``) adds
 the lifecycle and export/import. Backends are written on their natural (sync)
 side; ``chathistory.stores.aio`` adapts any of them to ``AsyncStore``.
 
@@ -22,12 +23,13 @@ from __future__ import annotations
 
 from .append import Appending
 from .backend import like_pattern, recent_key
+from .browse import Browse
 from .regroup import closed_spans, regroup_spans
 
 __all__ = ["Engine", "closed_spans", "like_pattern", "recent_key", "regroup_spans"]
 
 
-class Engine(Appending):
+class Engine(Appending, Browse):
     """The engine: sessions, reads and appends over the ``_b_*`` primitives.
     ``BaseStore`` adds the lifecycle and export/import, and a backend subclasses
     that, implementing the primitives ``Backend`` declares."""

@@ -8,7 +8,8 @@ opaque cursors of ``list_sessions`` and match its search text.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Literal, Self
 
@@ -22,7 +23,7 @@ from .checks import check_id, check_json, check_user, ttl_deadline
 from .clock import StoreClock
 from .model import DEFAULT_TENANT, Page, Session, utcnow
 
-__all__ = ["Sessions"]
+__all__ = ["Sessions", "count_listed"]
 
 
 class Sessions(Backend):
@@ -114,6 +115,25 @@ class Sessions(Backend):
                 return Page(items=out, next_cursor=None)
             after = _order_key(batch[-1], recent)
 
+    def count_sessions(self, *, tenant: str = DEFAULT_TENANT, user: str | None = None,
+                       metadata: Mapping[str, Any] | None = None, query: str | None = None,
+                       at_most: int | None = None) -> int:
+        """How many sessions ``list_sessions`` lists over all its pages with these
+        filters (expired ones left out); with ``at_most``, counting stops there.
+
+        Without ``metadata`` and ``query`` the database counts (an index on SQLite and
+        PostgreSQL, a set's size on Redis); otherwise this walks the listing, which with
+        ``query`` is the search over every session: pass ``at_most`` to bound it.
+        """
+        if at_most is not None and at_most < 0:
+            raise InvalidArgument(f"at_most must be >= 0, got {at_most}")
+        if not metadata and not query:
+            counted = self._b_count_sessions(tenant, user, self.now())
+            if counted is not None:
+                return counted if at_most is None else min(counted, at_most)
+        return count_listed(functools.partial(self.list_sessions, tenant=tenant, user=user,
+                                              metadata=metadata, query=query), at_most)
+
     def update_session(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
                        metadata: dict[str, Any] | None = None,
                        state: dict[str, Any] | None = None,
@@ -140,6 +160,20 @@ class Sessions(Backend):
             if self._b_save_session(updated, current.version):
                 return updated
         raise Conflict(f"session {session_id!r} kept changing; try again")
+
+
+def count_listed(list_sessions: Callable[..., Page[Session]], at_most: int | None = None
+                 ) -> int:
+    """The sessions a ``list_sessions`` (any store's, its filters bound) lists over all
+    its pages, counted a page of 1,000 at a time; with ``at_most``, counting stops there."""
+    total, cursor = 0, None
+    while at_most is None or total < at_most:
+        page = list_sessions(limit=1000, cursor=cursor)
+        total += len(page.items)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    return total if at_most is None else min(total, at_most)
 
 
 def _order_key(session: Session, recent: bool) -> tuple[str, str]:

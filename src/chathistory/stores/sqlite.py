@@ -33,7 +33,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from os import PathLike, fspath
@@ -44,7 +44,7 @@ import msgspec
 
 from ..errors import Conflict
 from ..tokens import TokenCounter
-from .backend import AppendTxn, like_pattern, recent_key
+from .backend import AppendTxn, Span, like_pattern, recent_key
 from .base import BaseStore
 from .model import SESSION_DECODER, Row, Session, make_row, utcnow
 from .sqlite_schema import MIGRATIONS
@@ -113,6 +113,22 @@ MATCHING = ("SELECT j.value FROM json_each(?) AS j WHERE EXISTS (SELECT 1 FROM m
             "WHERE m.tenant = ? AND m.session_id = j.value "
             "AND CAST(m.data AS TEXT) LIKE ? ESCAPE '\\')")
 
+# a page's reads, one statement each: spans as JSON [[session_id, lo, hi], ...]
+_M_ROW = ", ".join(f"m.{column}" for column in _ROW.split(", "))
+_PAGE = (f"SELECT j.key, {_M_ROW} FROM json_each(?1) AS j CROSS JOIN messages AS m "
+         "WHERE m.tenant = ?2 AND m.session_id = json_extract(j.value, '$[0]') AND m.seq ")
+_IN_SPAN = ("SELECT seq FROM messages WHERE tenant = ?2 AND session_id = "
+            "json_extract(j.value, '$[0]') AND seq >= json_extract(j.value, '$[1]') "
+            "AND seq < json_extract(j.value, '$[2]')")
+FIRST_USER = _PAGE + f"= ({_IN_SPAN} AND role = 'user' ORDER BY seq LIMIT 1)"
+CONTAINING = (_PAGE + f"IN ({_IN_SPAN} AND CAST(data AS TEXT) LIKE ?3 ESCAPE '\\' "
+              "ORDER BY seq LIMIT ?4) ORDER BY j.key, m.seq")
+# the tenant's sessions (an index range), less the expired ones (the expiry index)
+_COUNT = ("SELECT (SELECT count(*) FROM sessions WHERE tenant = ?1{user}) - (SELECT count(*) "
+          "FROM sessions INDEXED BY sessions_by_expiry WHERE expires_at IS NOT NULL AND "
+          "expires_at <= ?2 AND tenant = ?1{user})")
+COUNT = {False: _COUNT.format(user=""), True: _COUNT.format(user=" AND user = ?3")}
+
 _encode = msgspec.json.Encoder().encode
 
 
@@ -128,7 +144,7 @@ def _session_params(s: Session) -> tuple[Any, ...]:
             _stamp(s.expires_at), recent_key(s), _encode(s).decode(), s.tenant, s.id)
 
 
-def _rows(cursor: sqlite3.Cursor) -> list[Row]:
+def _rows(cursor: Iterable[Sequence[Any]]) -> list[Row]:
     return [make_row((seq, mid, role, data, tokens, cum, cut == 1, orphan == 1, status, version))
             for seq, mid, role, data, tokens, cum, cut, orphan, status, version in cursor]
 
@@ -392,6 +408,24 @@ class SQLiteStore(BaseStore):
     def _b_matching(self, tenant: str, session_ids: Sequence[str], needle: str) -> set[str]:
         found = self._fetch(MATCHING, (_encode(list(session_ids)), tenant, like_pattern(needle)))
         return {sid for (sid,) in found}
+
+    def _b_count_sessions(self, tenant: str, user: str | None, now: datetime) -> int:
+        params = (tenant, _stamp(now)) if user is None else (tenant, _stamp(now), user)
+        return int(self._fetch(COUNT[user is not None], params)[0][0])
+
+    def _b_first_user_rows(self, tenant: str, spans: Sequence[Span]) -> list[Row | None]:
+        out: list[Row | None] = [None] * len(spans)
+        for key, *row in self._fetch(FIRST_USER, (_encode(spans), tenant)):
+            out[key] = _rows([row])[0]
+        return out
+
+    def _b_rows_containing(self, tenant: str, spans: Sequence[Span], needle: str,
+                           limit: int) -> list[list[Row]]:
+        out: list[list[Row]] = [[] for _ in spans]
+        found = self._fetch(CONTAINING, (_encode(spans), tenant, like_pattern(needle), limit))
+        for key, *row in found:
+            out[key].append(_rows([row])[0])
+        return out
 
     def _b_children(self, tenant: str, session_id: str) -> list[Session]:
         found = self._fetch("SELECT payload FROM sessions INDEXED BY sessions_by_parent "

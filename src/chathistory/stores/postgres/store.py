@@ -20,7 +20,7 @@ from psycopg_pool import ConnectionPool
 from ...errors import ChatHistoryError, Conflict
 from ...model import KEPT_ROLES
 from ...tokens import TokenCounter
-from ..backend import AppendTxn, keep_bounded, like_pattern
+from ..backend import AppendTxn, Span, keep_bounded, like_pattern
 from ..base import BaseStore
 from ..model import SESSION_DECODER, Row, Session, make_row
 from .pool import Connections, Pool, configure
@@ -271,6 +271,34 @@ class PostgresStore(BaseStore):
         found = self._execute(self._q.matching,
                               (list(session_ids), tenant, like_pattern(needle)))
         return {sid for (sid,) in found}
+
+    def _b_count_sessions(self, tenant: str, user: str | None, now: datetime) -> int:
+        found = self._execute(self._q.count_sessions[user is not None],
+                              {"tenant": tenant, "user": user, "now": now})
+        return int(found[0][0])
+
+    def _page_rows(self, query: str, tenant: str, spans: Sequence[Span],
+                   **params: Any) -> list[tuple[int, Row]]:
+        """``(index of the span, row)`` of a statement over ``spans`` (``Queries``)."""
+        values = {"ids": [s[0] for s in spans], "los": [s[1] for s in spans],
+                  "his": [s[2] for s in spans], "tenant": tenant, **params}
+        with self._connections.connection() as conn:
+            found = conn.cursor(binary=True).execute(query, values).fetchall()
+        return [(int(r[0]) - 1, make_row(r[1:])) for r in found]
+
+    def _b_first_user_rows(self, tenant: str, spans: Sequence[Span]) -> list[Row | None]:
+        out: list[Row | None] = [None] * len(spans)
+        for i, row in self._page_rows(self._q.first_user, tenant, spans):
+            out[i] = row
+        return out
+
+    def _b_rows_containing(self, tenant: str, spans: Sequence[Span], needle: str,
+                           limit: int) -> list[list[Row]]:
+        out: list[list[Row]] = [[] for _ in spans]
+        for i, row in self._page_rows(self._q.containing, tenant, spans,
+                                      pattern=like_pattern(needle), limit=limit):
+            out[i].append(row)
+        return out
 
     def _b_children(self, tenant: str, session_id: str) -> list[Session]:
         return self._fetch_sessions(self._q.children, (tenant, session_id))

@@ -16,7 +16,7 @@ import msgspec
 from ...errors import ChatHistoryError, Conflict, MissingDependency
 from ...model import KEPT_ROLES
 from ...tokens import TokenCounter
-from ..backend import keep_bounded, recent_key
+from ..backend import Span, keep_bounded, recent_key
 from ..base import BaseStore
 from ..model import SESSION_DECODER, Row, Session
 from ..regroup import regroup_spans
@@ -383,6 +383,55 @@ class RedisStore(KeyLayout, BaseStore):
                 else:
                     pending[sid] = int(cursor)
         return found
+
+    def _b_count_sessions(self, tenant: str, user: str | None, now: datetime) -> int:
+        # the listing set's size, less its expired sessions (the expiry set holds them all,
+        # usually few: each is read to check its incarnation and its user)
+        pipe = self._r.pipeline(transaction=False)
+        pipe.zcard(self._list_key(tenant, user))
+        pipe.zrangebyscore(self._tenant_key(tenant, "expiry"), "-inf", now.timestamp())
+        listed, due = pipe.execute()
+        members = [_s(m).partition("|") for m in due]
+        loaded = self._load(tenant, [sid for _, _, sid in members])
+        expired = sum(1 for (inc, _, _), found in zip(members, loaded, strict=True)
+                      if found is not None and found[0] == inc and found[2].is_expired(now)
+                      and (user is None or found[2].user == user))
+        return int(listed) - expired
+
+    def _b_first_user_rows(self, tenant: str, spans: Sequence[Span]) -> list[Row | None]:
+        found = self._scan_spans(tenant, spans, lambda row: row.role == "user", 1, batch=8)
+        return [rows[0] if rows else None for rows in found]
+
+    def _b_rows_containing(self, tenant: str, spans: Sequence[Span], needle: str,
+                           limit: int) -> list[list[Row]]:
+        wanted = needle.encode().lower()  # bytes.lower(): ASCII only, like SQL LIKE
+        return self._scan_spans(tenant, spans, lambda row: wanted in row.data.lower(), limit,
+                                batch=256)
+
+    def _scan_spans(self, tenant: str, spans: Sequence[Span], keep: Callable[[Row], bool],
+                    limit: int, *, batch: int) -> list[list[Row]]:
+        """For each span, its first ``limit`` rows that ``keep`` accepts, read in seq order
+        a batch at a time (growing), every span's batch in one round trip."""
+        out: list[list[Row]] = [[] for _ in spans]
+        pending = {i: lo for i, (_, lo, hi) in enumerate(spans) if lo < hi}
+        while pending:
+            pipe = self._r.pipeline(transaction=False)
+            for i, at in pending.items():
+                session_id, _, hi = spans[i]
+                pipe.hmget(self._keys(tenant, session_id).rows,
+                           [str(seq) for seq in range(at, min(at + batch, hi))])
+            for (i, at), values in zip(list(pending.items()), pipe.execute(), strict=True):
+                for offset, value in enumerate(values):
+                    if value is not None and keep(row := unpack_row(at + offset, value)):
+                        out[i].append(row)
+                        if len(out[i]) == limit:
+                            break
+                if len(out[i]) == limit or at + batch >= spans[i][2]:
+                    del pending[i]
+                else:
+                    pending[i] = at + batch
+            batch = min(batch * 4, _CHUNK)
+        return out
 
     def _members(self, tenant: str, name: str, keep: Callable[[Session], bool]
                  ) -> list[Session]:
