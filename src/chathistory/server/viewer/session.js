@@ -1,17 +1,23 @@
-// A session's page: its timeline (loaded a page at a time), the context window
-// panel and the side panels.
+// A session's page: its timeline, opened at the newest messages and read
+// backwards a page at a time ("Load earlier"), long messages collapsed, and
+// the side panels (the context window is window.js's).
 
 import { api } from "./api.js";
 import { branchPanel, forkDivider, infoPanel } from "./branches.js";
 import {
-  anchor, button, details, enc, fact, fmt, h, KV, nav, plural, pretty, roleClass, showError,
+  anchor, button, bytes, details, enc, fmt, h, KV, nav, plural, pretty, roleClass, showError,
   textOf, titleOf, tokensOf, when,
 } from "./dom.js";
 import { PartRenderer } from "./parts.js";
+import { WindowPanel } from "./window.js";
 
 const PAGE = 200; // messages fetched per request on a session page
-const WINDOW_KEY = "chathistory.window";
 export const SUMMARY_KEY = "chathistory";
+// a message body taller than LONG_FACTOR times the collapsed height (60% of the
+// window's height, at most 1,200 px) is collapsed; a text this large is
+// collapsed before it is laid out, so that it never stretches the page
+const LONG_FACTOR = 1.4;
+const SURELY_LONG_CHARS = 40_000;
 
 export async function showSession(id, params, main, gen) {
   let session;
@@ -29,26 +35,29 @@ export async function showSession(id, params, main, gen) {
   }
   if (gen !== nav.generation) return;
   const view = new SessionView(session, lineage, main, gen);
-  await view.loadMore();
-  const focus = params.get("m");
-  if (focus) view.focus(focus);
+  await view.open(params.get("m"));
 }
 
 export class SessionView {
   constructor(session, lineage, main, gen) {
     this.session = session;
     this.gen = gen;
-    this.next = 0; // the next page starts at this position
-    this.shown = 0;
-    this.done = session.message_count === 0;
+    // the timeline holds the messages at positions first..message_count-1
+    // (0 = oldest); it grows backwards
+    this.first = session.message_count;
     this.byId = new Map(); // message id -> {message, node, seq}
     this.parts = new PartRenderer(); // tool calls and results, paired
-    this.window = windowLayout(session);
+    this.window = new WindowPanel(session, {
+      onChange: () => this.windowChanged(),
+      focus: (messageId) => this.focus(messageId),
+    });
+    this.planned = this.window.planned;
+    this.seen = this.window.seen; // ids of the messages in the window shown, or null
 
     const title = titleOf(session);
     const head = h("div", "session-head",
       anchor("#/", "back", "← Sessions"),
-      this.heading = h("h1", "page-title", title || session.id),
+      this.heading = h("h1", "page-title", title || session.title || session.id),
       h("div", "session-facts",
         h("span", "session-id", session.id),
         h("span", null, plural(session.message_count, "message")),
@@ -59,18 +68,16 @@ export class SessionView {
 
     this.timeline = h("ol", "timeline");
     this.timeline.setAttribute("aria-label", "Messages");
-    this.moreButton = button("Load more", "more", () => this.loadMore());
+    this.earlierButton = button("Load earlier", "more earlier", () => this.loadEarlier());
     this.allButton = button("Load all", "more", () => this.loadAll());
-    this.status = h("p", "list-status");
+    this.status = h("p", "list-status timeline-status");
     const tools = h("div", "timeline-tools");
-    if (this.window) {
-      const toggle = h("label", "only-window");
-      const box = h("input");
-      box.type = "checkbox";
-      box.addEventListener("change", () => this.timeline.classList.toggle("window-only", box.checked));
-      toggle.append(box, " only what the model sees");
-      tools.append(toggle);
-    }
+    const toggle = h("label", "only-window");
+    this.onlyBox = h("input");
+    this.onlyBox.type = "checkbox";
+    this.onlyBox.addEventListener("change", () => this.showOnlyWindow(this.onlyBox.checked));
+    toggle.append(this.onlyBox, " only what the model sees");
+    tools.append(toggle);
     const expand = h("label", "expand-all");
     const expandBox = h("input");
     expandBox.type = "checkbox";
@@ -81,56 +88,84 @@ export class SessionView {
     tools.append(expand);
 
     const side = h("aside", "side",
-      this.windowPanel(),
+      this.window.node,
       branchPanel(session, lineage),
       infoPanel(session));
-    const body = h("section", "conversation", tools, this.timeline, this.status,
-      h("div", "more-row", this.moreButton, this.allButton));
+    const body = h("section", "conversation", tools,
+      h("div", "earlier-row", this.earlierButton, this.allButton, this.status), this.timeline);
     main.append(head, h("div", "session-page", body, side));
     this.updateButtons();
   }
 
-  updateButtons() {
-    const left = Math.max(0, this.session.message_count - this.shown);
-    this.moreButton.hidden = this.done;
-    this.allButton.hidden = this.done;
-    this.moreButton.textContent = `Load ${fmt(Math.min(PAGE, left))} more`;
-    this.status.textContent = this.session.message_count === 0 ? "No messages."
-      : this.done ? "" : `${fmt(this.shown)} of ${fmt(this.session.message_count)} messages shown`;
+  // the newest page, then the message ?m= names (loading back until it is
+  // found), else the newest message in view
+  async open(focusId) {
+    this.window.start();
+    await this.loadEarlier();
+    if (this.gen !== nav.generation) return;
+    this.findTitle();
+    if (focusId) {
+      await this.focus(focusId);
+      return;
+    }
+    const last = this.timeline.lastElementChild;
+    if (last) last.scrollIntoView({ block: "end" });
   }
 
-  async loadMore() {
-    if (this.done || this.loading) return this.loading;
+  updateButtons() {
+    const n = this.session.message_count;
+    const done = this.first <= 0;
+    this.earlierButton.hidden = done;
+    this.allButton.hidden = done;
+    this.earlierButton.textContent = `Load ${fmt(Math.min(PAGE, this.first))} earlier`;
+    this.status.textContent = n === 0 ? "No messages."
+      : done ? "" : `The newest ${fmt(n - this.first)} of ${fmt(n)} messages are shown.`;
+  }
+
+  // prepends the page of messages before the first one shown, keeping what is
+  // in view where it is
+  async loadEarlier() {
+    if (this.first <= 0 || this.loading) return this.loading;
     this.loading = (async () => {
-      const sid = enc(this.session.id);
+      const stop = this.first;
+      const start = Math.max(0, stop - PAGE);
       let messages;
       try {
-        ({ messages } = await api(`/v1/sessions/${sid}/messages?start=${this.next}&stop=${this.next + PAGE}&include_marked=true`));
+        ({ messages } = await api(`/v1/sessions/${enc(this.session.id)}/messages?start=${start}&stop=${stop}&include_marked=true`));
       } catch (err) {
-        this.done = true;
+        this.first = 0;
+        this.earlierButton.hidden = this.allButton.hidden = true;
         showError(this.status, err);
         return;
       }
       if (this.gen !== nav.generation) return;
-      // A page is widened to whole tool-call groups, so pages can overlap at a
-      // group: a message already shown is skipped. Numbers count shown messages
-      // (results without a call are not served, so they can trail positions).
+      // A page is widened to whole tool-call groups: backwards at its start (so
+      // a tool result's call comes in the same page, before it) and forwards at
+      // its stop, which is the start of a group already shown (a page starts at
+      // one), so pages do not overlap; a message already shown is skipped all
+      // the same. Positions count back from the stop.
+      const fresh = messages.filter((m) => !this.byId.has(m.id));
+      const firstSeq = stop - fresh.length;
+      const anchorNode = this.timeline.querySelector(":scope > li.msg");
+      const before = anchorNode?.getBoundingClientRect().top;
       const frag = document.createDocumentFragment();
-      for (const message of messages) {
-        if (this.byId.has(message.id)) continue;
-        const seq = this.shown++;
+      const nodes = [];
+      fresh.forEach((message, k) => {
+        const seq = firstSeq + k;
         if (this.session.fork_seq > 0 && seq === this.session.fork_seq) frag.append(forkDivider(this.session));
-        frag.append(this.renderMessage(message, seq));
-      }
-      this.timeline.append(frag);
-      if (!titleOf(this.session) && this.next === 0) { // untitled: its opening line
-        const first = messages.find((m) => m.role === "user" && textOf(m));
-        if (first) this.heading.textContent = textOf(first, 120);
-      }
-      this.next += PAGE;
-      if (this.next >= this.session.message_count) this.done = true;
+        const node = this.renderMessage(message, seq);
+        nodes.push(node);
+        frag.append(node);
+      });
+      this.timeline.prepend(frag);
+      // a page shorter than asked (orphan tool results are not served) still
+      // moves the start back to where it was asked to begin
+      this.first = Math.max(0, Math.min(firstSeq, start));
+      this.collapseLong(nodes);
+      if (anchorNode) window.scrollBy(0, anchorNode.getBoundingClientRect().top - before);
       this.updateButtons();
-      this.colorWindow();
+      this.window.colour(this.byId);
+      this.drawGaps();
     })();
     try {
       await this.loading;
@@ -141,11 +176,33 @@ export class SessionView {
   }
 
   async loadAll() {
-    while (!this.done && this.gen === nav.generation) await this.loadMore();
+    while (this.first > 0 && this.gen === nav.generation) await this.loadEarlier();
+  }
+
+  // loads back until every id is on the page (or the session's start)
+  async loadUntil(ids) {
+    const missing = () => [...ids].some((id) => !this.byId.has(id));
+    while (missing() && this.first > 0 && this.gen === nav.generation) await this.loadEarlier();
+  }
+
+  // an untitled session is named by its opening user message, read on its own
+  // when the first page shown is not the session's first
+  async findTitle() {
+    if (titleOf(this.session) || this.session.title) return;
+    let opening = [...this.byId.values()].map((found) => found.message);
+    if (this.first > 0) {
+      try {
+        ({ messages: opening } = await api(`/v1/sessions/${enc(this.session.id)}/messages?start=0&stop=8&include_marked=true`));
+      } catch {
+        return;
+      }
+    }
+    const user = opening.find((m) => m.role === "user" && textOf(m));
+    if (user && this.gen === nav.generation) this.heading.textContent = textOf(user, 120);
   }
 
   async focus(id) {
-    while (!this.byId.has(id) && !this.done && this.gen === nav.generation) await this.loadMore();
+    await this.loadUntil([id]);
     const found = this.byId.get(id);
     if (!found) return;
     for (let d = found.node.parentElement; d; d = d.parentElement) if (d.tagName === "DETAILS") d.open = true;
@@ -153,6 +210,92 @@ export class SessionView {
     found.node.classList.remove("flash");
     void found.node.offsetWidth;
     found.node.classList.add("flash");
+  }
+
+  // ---------------------------------------------------------------- long messages
+
+  // collapses the bodies of `nodes` that are much taller than the collapsed
+  // height; one layout for all of them (write, then read, then write)
+  collapseLong(nodes) {
+    const height = collapsedHeight();
+    const measured = nodes.map((node) => {
+      const body = node.querySelector(":scope > .msg-body");
+      return [node, body, body.scrollHeight];
+    });
+    for (const [node, body, tall] of measured) {
+      const long = tall > height * LONG_FACTOR;
+      body.classList.toggle("collapsed", long);
+      if (long && !node.querySelector(":scope > .show-all")) body.after(this.showAllButton(node, body));
+    }
+  }
+
+  showAllButton(node, body) {
+    const { lines, size } = extent(this.byId.get(node.dataset.id).message);
+    const label = `Show all (${plural(lines, "line")}, ${bytes(size)})`;
+    const toggle = button(label, "show-all", () => {
+      const open = body.classList.toggle("collapsed");
+      toggle.textContent = open ? label : "Show less";
+      toggle.setAttribute("aria-expanded", String(!open));
+      if (open && node.getBoundingClientRect().top < 0) node.scrollIntoView({ block: "start" });
+    });
+    toggle.setAttribute("aria-expanded", "false");
+    return toggle;
+  }
+
+  // ---------------------------------------------------------------- the window in the timeline
+
+  windowChanged() {
+    const seen = this.seen = this.window.seen;
+    for (const { node, message } of this.byId.values()) node.classList.toggle("in-window", Boolean(seen?.has(message.id)));
+    if (this.onlyBox.checked && seen) this.loadUntil(seen);
+    this.drawGaps();
+  }
+
+  async showOnlyWindow(only) {
+    this.timeline.classList.toggle("window-only", only);
+    const seen = this.seen;
+    if (only && seen) await this.loadUntil(seen);
+    this.drawGaps();
+  }
+
+  // in "only what the model sees", a marker where messages are hidden, saying
+  // how many; a click shows them (and hides them again)
+  drawGaps() {
+    for (const gap of this.timeline.querySelectorAll(":scope > .window-gap")) gap.remove();
+    const seen = this.seen;
+    if (!seen || !this.timeline.classList.contains("window-only")) return;
+    const nodes = [...this.timeline.querySelectorAll(":scope > li.msg")];
+    let run = [];
+    let unloaded = this.first; // messages before the first shown: none is in the window once it is all loaded
+    let earlier = true;
+    const close = (beforeNode) => {
+      const hidden = unloaded + run.length;
+      if (hidden) this.timeline.insertBefore(this.gapMarker(run, hidden, earlier, !beforeNode), beforeNode);
+      run = [];
+      unloaded = 0;
+      earlier = false;
+    };
+    for (const node of nodes) {
+      if (seen.has(node.dataset.id)) close(node);
+      else run.push(node);
+    }
+    close(null);
+  }
+
+  gapMarker(run, hidden, earlier, last) {
+    // a run after the window's last message is newer than it; any other, older
+    const what = earlier && last ? "" : last ? "later " : "earlier ";
+    const shown = run.length > 0 && run.every((node) => node.classList.contains("revealed"));
+    const label = `${plural(hidden, `${what}message`)} not sent to the model`;
+    const marker = button(shown ? `▾ ${label} (shown) · hide them` : `… ${label} … · show`, "gap-button", () => {
+      for (const node of run) node.classList.toggle("revealed", !shown);
+      this.drawGaps();
+    });
+    marker.disabled = run.length === 0;
+    if (run.length < hidden && run.length) marker.title = `${fmt(hidden - run.length)} of them are not loaded: "Load earlier" reads them`;
+    const li = h("li", "window-gap", marker);
+    li.dataset.hidden = String(hidden);
+    return li;
   }
 
   // ---------------------------------------------------------------- one message
@@ -173,18 +316,22 @@ export class SessionView {
       when(message.created_at),
       tokenCount,
       status !== "loaded" ? h("span", `badge kv-badge kv-${status}`, status) : null);
-    const place = this.window?.positions.get(message.id);
+    const place = this.planned?.positions.get(message.id);
     if (place) {
-      node.classList.add("in-window");
       const badge = h("span", "badge window-badge", `KV ${fmt(place.start)}–${fmt(place.start + place.size)}`);
-      badge.title = "in the context window: its KV cache positions";
+      badge.title = "in the planned window: where it sits in the model's context (KV cache positions)";
       head.append(badge);
     }
+    if (this.seen?.has(message.id)) node.classList.add("in-window");
     const body = h("div", "msg-body");
+    let chars = 0;
     for (const part of message.parts || []) {
+      chars += (part.text?.length || 0) + (typeof part.content === "string" ? part.content.length : 0);
       const rendered = this.parts.render(part);
       if (rendered) body.append(rendered);
     }
+    // surely long: collapsed before it is ever laid out at full height
+    if (chars > SURELY_LONG_CHARS) body.classList.add("collapsed");
     node.append(head, body);
     const summarized = summaryOf(message);
     if (summarized.length) node.append(this.summaryBox(summarized));
@@ -210,95 +357,27 @@ export class SessionView {
     if (ids.length > 50) box.append(`… and ${ids.length - 50} more`);
     return box;
   }
-
-  // ---------------------------------------------------------------- context window
-
-  windowPanel() {
-    const panel = h("section", "panel window-panel", h("h2", null, "Context window"));
-    const w = this.window;
-    if (!w) {
-      panel.classList.add("empty");
-      panel.append(h("p", "muted", "No window has been planned for this session. The service plans one on "
-        + "POST /v1/sessions/{id}/window; it is shown here with each message's KV positions."));
-      return panel;
-    }
-    const max = Math.max(1, w.max_tokens);
-    const bar = h("div", "kv-bar");
-    bar.setAttribute("role", "group");
-    bar.setAttribute("aria-label", `KV cache: ${w.used} of ${w.max_tokens} tokens`);
-    if (w.lastTurn?.reused_prefix_tokens) {
-      const reused = h("div", "kv-reused");
-      reused.style.width = `${Math.min(100, (100 * w.lastTurn.reused_prefix_tokens) / max)}%`;
-      reused.title = `reused prefix: ${w.lastTurn.reused_prefix_tokens} tokens`;
-      bar.append(reused);
-    }
-    this.segments = [];
-    for (const seg of w.segments) {
-      const s = h("button", "kv-seg");
-      s.type = "button";
-      s.style.left = `${(100 * seg.start) / max}%`;
-      s.style.width = `${Math.max(0.15, (100 * seg.size) / max)}%`;
-      if (w.pinned.has(seg.id)) s.classList.add("pinned");
-      s.title = `${seg.id}: KV ${seg.start}–${seg.start + seg.size} (${seg.size} tokens)`;
-      s.setAttribute("aria-label", s.title);
-      s.addEventListener("click", () => this.focus(seg.id));
-      s.dataset.id = seg.id;
-      this.segments.push(s);
-      bar.append(s);
-    }
-    if (w.low_water_tokens) {
-      const mark = h("div", "kv-mark");
-      mark.style.left = `${(100 * w.low_water_tokens) / max}%`;
-      mark.title = `low water: ${w.low_water_tokens} tokens`;
-      bar.append(mark);
-    }
-    const scale = h("div", "kv-scale", h("span", null, "0"), h("span", null, fmt(w.max_tokens)));
-    const facts = h("dl", "facts",
-      ...fact("in window", `${fmt(w.segments.length)} messages, ${fmt(w.used)} tokens`),
-      ...fact("window size", `${fmt(w.max_tokens)} tokens (low water ${fmt(w.low_water_tokens)})`),
-      ...fact("pinned head", `${fmt(w.pinned.size)} messages`),
-      ...(w.lastTurn ? [
-        ...fact("reused prefix", `${fmt(w.lastTurn.reused_prefix_tokens)} tokens`),
-        ...fact("new this turn", `${fmt(w.lastTurn.new_tokens)} tokens`),
-        ...fact("evicted last turn", `${fmt(w.lastTurn.evicted)} messages`),
-      ] : []));
-    const legend = h("div", "legend",
-      h("span", "key-reused", "reused prefix"), h("span", "key-pinned", "pinned head"),
-      h("span", "key-mark", "low water"));
-    panel.append(bar, scale, legend, facts);
-    return panel;
-  }
-
-  colorWindow() {
-    for (const s of this.segments || []) {
-      const found = this.byId.get(s.dataset.id);
-      if (found) s.classList.add(roleClass(found.message.role));
-    }
-  }
 }
 
+// the height a long message body is collapsed to, in pixels (session.css's
+// .msg-body.collapsed says the same)
+function collapsedHeight() {
+  return Math.min(0.6 * window.innerHeight, 1200);
+}
 
-export function windowLayout(session) {
-  const w = session.state?.[WINDOW_KEY];
-  if (!w || !Array.isArray(w.layout) || !w.max_tokens) return null;
-  // layout: [message id, KV start] of the last prompt, in order; a message ends
-  // where the next starts, the last one at last_turn.end
-  const lastTurn = w.last_turn && typeof w.last_turn === "object" ? w.last_turn : null;
-  const entries = w.layout.filter((e) => Array.isArray(e) && e.length >= 2)
-    .map(([id, start]) => [String(id), Number(start) || 0]);
-  const positions = new Map();
-  const segments = [];
-  entries.forEach(([id, start], k) => {
-    const end = k + 1 < entries.length ? entries[k + 1][1] : Number(lastTurn?.end) || start;
-    const seg = { id, start, size: Math.max(0, end - start) };
-    segments.push(seg);
-    positions.set(id, seg);
-  });
-  const used = segments.length ? segments[segments.length - 1].start + segments[segments.length - 1].size : 0;
-  return {
-    max_tokens: Number(w.max_tokens), low_water_tokens: Number(w.low_water_tokens) || 0,
-    segments, positions, used, pinned: new Set((w.pinned || []).map(String)), lastTurn,
-  };
+// a message's text, for the size of a long one: lines and bytes (UTF-8)
+export function extent(message) {
+  const texts = [];
+  for (const part of message.parts || []) {
+    if (typeof part.text === "string") texts.push(part.text);
+    if (part.type === "tool_call") texts.push(pretty(part.arguments ?? {}));
+    if (typeof part.content === "string") texts.push(part.content);
+    else if (Array.isArray(part.content)) for (const item of part.content) if (typeof item.text === "string") texts.push(item.text);
+  }
+  const text = texts.join("\n");
+  let lines = 1;
+  for (let i = text.indexOf("\n"); i !== -1; i = text.indexOf("\n", i + 1)) lines++;
+  return { lines, size: new TextEncoder().encode(text).length };
 }
 
 export function summaryOf(message) {
