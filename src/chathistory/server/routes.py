@@ -8,7 +8,7 @@ import asyncio
 from starlette.responses import Response
 
 from ..errors import NotFound
-from . import routes_assets, routes_messages, routes_sessions
+from . import routes_assets, routes_messages, routes_preview, routes_sessions
 from .app import Context, Endpoint, call_store, run
 from .errors import HTTPError
 from .schema import Health
@@ -68,4 +68,4 @@ SYSTEM = [
 ]
 
 ROUTES: list[Endpoint] = [*SYSTEM, *routes_sessions.ROUTES, *routes_messages.ROUTES,
-                          *routes_assets.ROUTES]
+                          *routes_assets.ROUTES, *routes_preview.ROUTES]

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
-import msgspec
 from starlette.responses import Response
 
 from ..errors import Conflict, InvalidMessage
 from ..stores.model import Session
 from .app import Context, Endpoint, Param, call_store
 from .errors import PreconditionFailed
-from .schema import CreateSessionBody, EditBody, ForkBody, SessionPage, UpdateSessionBody
+from .listing import SessionList, listing_json
+from .schema import CreateSessionBody, EditBody, ForkBody, UpdateSessionBody
 from .wire import (
     JSON_TYPE,
     encode_session,
@@ -74,19 +73,12 @@ async def list_sessions(ctx: Context) -> Response:
     order: Literal["created", "recent"] = "recent" if raw_order == "recent" else "created"
     metadata = {k[len("metadata."):]: query_json_value(query_str(request, k) or "")
                 for k in request.query_params if k.startswith("metadata.")}
-    listing = functools.partial(ctx.store.list_sessions, tenant=ctx.tenant,
-                                user=query_str(request, "user"), metadata=metadata or None,
-                                limit=limit, order=order, query=query_str(request, "q") or None)
-    cursor = query_str(request, "cursor") or None
     # a cursor the store did not make, or made for the other order: InvalidArgument, a 400
-    page = await call_store(listing, cursor=cursor)
-    after = b"null" if page.next_cursor is None else _quote(page.next_cursor)
-    return Response(b'{"items":' + _sessions_json(page.items) + b',"next_cursor":' + after
-                    + b"}", media_type=JSON_TYPE)
-
-
-def _quote(text: str) -> bytes:
-    return msgspec.json.encode(text)
+    body = await call_store(listing_json, ctx.store, ctx.tenant, user=query_str(request, "user"),
+                            metadata=metadata or None, limit=limit,
+                            cursor=query_str(request, "cursor") or None, order=order,
+                            query=query_str(request, "q") or None)
+    return Response(body, media_type=JSON_TYPE)
 
 
 async def get_session(ctx: Context) -> Response:
@@ -139,8 +131,9 @@ ROUTES = [
     Endpoint("POST", "/v1/sessions", create_session, "Create a session", body=CreateSessionBody,
              responses={201: Session}),
     Endpoint("GET", "/v1/sessions", list_sessions,
-             "List sessions: oldest first, or last changed first; filter, search",
-             responses={200: SessionPage},
+             "List sessions: oldest first, or last changed first; filter, search. Each "
+             "item has its title and preview (and with q a snippet); total counts them all",
+             responses={200: SessionList},
              query=(Param("limit", "integer", "1 to 1000 (default 50)"),
                     Param("cursor", description="next_cursor of the previous page (given "
                           "with the same order)"),
