@@ -13,9 +13,10 @@ import { WindowPanel } from "./window.js";
 
 const PAGE = 200; // messages fetched per request on a session page
 export const SUMMARY_KEY = "chathistory";
-// a message body taller than LONG_FACTOR times the collapsed height (60% of the
-// window's height, at most 1,200 px) is collapsed; a text this large is
-// collapsed before it is laid out, so that it never stretches the page
+// a message body taller than LONG_PX (or 1.4 times the collapsed height, 60% of
+// the window's height) is collapsed; a text of SURELY_LONG_CHARS is collapsed
+// before it is laid out, so that it never stretches the page
+const LONG_PX = 1200;
 const LONG_FACTOR = 1.4;
 const SURELY_LONG_CHARS = 40_000;
 
@@ -223,7 +224,7 @@ export class SessionView {
       return [node, body, body.scrollHeight];
     });
     for (const [node, body, tall] of measured) {
-      const long = tall > height * LONG_FACTOR;
+      const long = tall > Math.max(LONG_PX, height * LONG_FACTOR);
       body.classList.toggle("collapsed", long);
       if (long && !node.querySelector(":scope > .show-all")) body.after(this.showAllButton(node, body));
     }
@@ -231,7 +232,7 @@ export class SessionView {
 
   showAllButton(node, body) {
     const { lines, size } = extent(this.byId.get(node.dataset.id).message);
-    const label = `Show all (${plural(lines, "line")}, ${bytes(size)})`;
+    const label = `Show all (${lines > 1 ? `${plural(lines, "line")}, ` : ""}${bytes(size)})`;
     const toggle = button(label, "show-all", () => {
       const open = body.classList.toggle("collapsed");
       toggle.textContent = open ? label : "Show less";
