@@ -1,6 +1,6 @@
 // DOM and text helpers shared by the viewer's modules.
 
-import { el } from "./markdown.js";
+import { collapseSpaces, el, plainText, truncate } from "./markdown.js";
 
 export const KV = { 1: "loaded", 0: "marked", "-1": "unloaded" };
 const KNOWN_ROLES = new Set(["system", "developer", "user", "assistant", "tool"]);
@@ -79,14 +79,34 @@ export function tokensOf(message) {
   return names.length ? { n: counts[names[0]], counter: names[0] } : null;
 }
 
+export const TITLE_LIMIT = 120; // chathistory.titles.TITLE_LIMIT
+const TITLE_KEYS = ["title", "name", "subject"]; // chathistory.titles.TITLE_KEYS
+
 export function textOf(message, limit = 200) {
+  // a message as one line of plain text: its text with the Markdown stripped
+  // (the rule of chathistory.titles), then a label per file or image
   const texts = [];
+  const labels = [];
   for (const part of message.parts || []) {
     if (part.type === "text") texts.push(part.text);
-    else if (part.type === "file" || part.type === "image") texts.push(`File: ${fileName(part)}`);
+    else if (part.type === "file" || part.type === "image") labels.push(mediaLabel(part));
   }
-  const text = texts.join(" ").replace(/\s+/g, " ").trim();
-  return text.length > limit ? `${text.slice(0, limit - 1)}…` : text;
+  const text = [plainText(texts.join("\n"), limit), ...labels].filter(Boolean).join(" ");
+  return truncate(text, limit);
+}
+
+// What a file or an image is called in one line of text, as the library's
+// text-only copy (History.recent_text, history.py _file_line) calls it:
+// "File: name" for a file or any stored attachment; an image without a name
+// by where it is: "Image: <url>", "Image (inline)" for a data: URL, "Image
+// (not included)" for a ChatGPT export's file-service:// or sediment://
+// pointer (the export did not copy the file).
+export function mediaLabel(part) {
+  if (part.type !== "image" || part.attachment) return `File: ${fileName(part)}`;
+  const url = String(part.url || "");
+  if (url.startsWith("data:")) return "Image (inline)";
+  if (url.startsWith("file-service://") || url.startsWith("sediment://")) return "Image (not included)";
+  return `Image: ${url}`;
 }
 
 export function fileName(part) {
@@ -94,9 +114,16 @@ export function fileName(part) {
 }
 
 export function titleOf(session) {
+  // the rule of chathistory.titles.session_title: a metadata title as plain
+  // text, else the server's title (a list item's: the first user message with
+  // its Markdown stripped); null when neither (the page then reads the first
+  // user message itself, with textOf)
   const md = session.metadata || {};
-  for (const key of ["title", "name", "subject"]) if (typeof md[key] === "string" && md[key].trim()) return md[key].trim();
-  return null;
+  for (const key of TITLE_KEYS) {
+    const value = typeof md[key] === "string" ? collapseSpaces(md[key]) : "";
+    if (value) return truncate(value, TITLE_LIMIT);
+  }
+  return typeof session.title === "string" && session.title ? session.title : null;
 }
 
 export function pretty(value) {

@@ -10,9 +10,13 @@
 // each element with createElement and each piece of text with a text node, so
 // the page never parses a string of a message as HTML. Images become links
 // (the viewer loads no remote content); a newline inside a paragraph is a line
-// break, as chat text means it; fenced and indented code become codeBlock().
+// break, as chat text means it; fenced and indented code become codeBlock(),
+// highlighted by syntax.js when a language is named. plainText() reads a text
+// as chathistory.titles.strip_markdown does on the server, for titles and
+// previews.
 
 import MarkdownIt from "./markdown-it.min.js";
+import { highlightWhenSeen } from "./syntax.js";
 
 // Bounds on the work one message may cost the page (the parse is linear, so
 // these bound a second of work, they do not dodge a blow-up). Past BIG
@@ -116,6 +120,7 @@ export function codeBlock(text, lang) {
   const code = preformatted(el("code", lang ? `lang-${lang.replace(/[^\w-]/g, "")}` : ""), text);
   pre.append(code);
   wrap.append(bar, pre);
+  highlightWhenSeen(code, text, lang);
   return wrap;
 }
 
@@ -245,4 +250,63 @@ export function renderMarkdown(text) {
   if (elementCount(tokens) > ELEMENTS) return plain(root, source);
   build(tokens, root);
   return root;
+}
+
+// ---------------------------------------------------------------- plain text
+
+// The rule of chathistory.titles (strip_markdown, truncate, plain_preview),
+// so that the viewer and the CLI call a session the same: inline text and
+// code kept, markup and backslash escapes gone, an image by its alt text,
+// block boundaries as spaces, whitespace collapsed. Only a prefix of a long
+// text is read: a title needs its first words.
+const PARSE_FACTOR = 16;
+const PARSE_MINIMUM = 2_000;
+// Python's str.split() whitespace (JavaScript's \s differs: U+001C-U+001F, U+0085, U+FEFF)
+const SPACES = /[\t\n\v\f\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+/;
+// the server's parser, configured as titles.py configures markdown-it-py (the
+// page's own renderer above also turns bare URLs into links and keeps only
+// http(s) and mailto links, which would change what a title's text is)
+const plainMd = new MarkdownIt("commonmark").enable(["table", "strikethrough"])
+  .disable(["html_inline", "html_block"]);
+
+function inlinePlain(children, out) {
+  for (const t of children) {
+    if (t.type === "text" || t.type === "text_special" || t.type === "code_inline") out.push(t.content);
+    else if (t.type === "softbreak" || t.type === "hardbreak") out.push(" ");
+    else if (t.type === "image") inlinePlain(t.children || [], out);
+  }
+}
+
+export function stripMarkdown(text) {
+  const out = [];
+  for (const t of plainMd.parse(String(text ?? ""), {})) {
+    if (t.type === "inline") inlinePlain(t.children || [], out);
+    else if (t.type === "fence" || t.type === "code_block") out.push(t.content);
+    out.push(" ");
+  }
+  return collapseSpaces(out.join(""));
+}
+
+export function collapseSpaces(text) {
+  // whitespace runs as one space, none at the ends (Python's " ".join(text.split()))
+  return String(text).split(SPACES).filter(Boolean).join(" ");
+}
+
+export function truncate(text, limit) {
+  // cut to at most `limit` characters (code points), ending in "…", on a word
+  // boundary when one is in the last quarter
+  if (text.length <= limit) return text;
+  const chars = Array.from(text);
+  if (chars.length <= limit) return text;
+  let head = chars.slice(0, limit - 1);
+  const space = head.lastIndexOf(" ");
+  if (space >= Math.floor((limit * 3) / 4)) head = head.slice(0, space);
+  return `${head.join("").replace(/ +$/, "")}…`;
+}
+
+export function plainText(text, limit) {
+  // Markdown `text` as plain text cut to `limit`; "" when nothing is left
+  const source = String(text ?? "");
+  if (!source) return "";
+  return truncate(stripMarkdown(source.slice(0, Math.max(limit * PARSE_FACTOR, PARSE_MINIMUM))), limit);
 }

@@ -3,6 +3,7 @@
 
 import { assetUrl } from "./api.js";
 import { codeBlock, preformatted, renderMarkdown, safeUrl } from "./markdown.js";
+import { canHighlight } from "./syntax.js";
 import { $, anchor, button, bytes, details, fileName, fmt, h, pretty } from "./dom.js";
 
 export class PartRenderer {
@@ -31,13 +32,19 @@ export class PartRenderer {
     }
   }
 
+  // A call is a card holding its arguments and, once its result comes, the
+  // result: each result is shown once, there. The tool message that carries
+  // the result shows a line that goes to the card. Every card is a
+  // details.tool-call, which "expand tools and reasoning" opens.
   toolCall(part) {
     const result = h("div", "tool-result-slot", h("p", "pending", "No result yet."));
     const state = h("span", "badge call-state pending", "pending");
+    const code = codeOf(part);
     const summary = h("summary", null, h("span", "tool-icon", "⚙"), h("span", "tool-name", part.name),
-      h("span", "tool-args-preview", argsPreview(part.arguments)), state);
+      h("span", "tool-args-preview", code ? firstLine(code.text) : argsPreview(part.arguments)), state);
     const box = h("details", "tool-call", summary,
-      h("div", "tool-section", h("div", "label", "Arguments"), codeBlock(pretty(part.arguments ?? {}), "json")),
+      h("div", "tool-section", h("div", "label", code ? "Code" : "Arguments"),
+        code ? codeBlock(code.text, code.lang) : codeBlock(pretty(part.arguments ?? {}), "json")),
       h("div", "tool-section", h("div", "label", "Result"), result),
       h("div", "tool-id", `call ${part.id}`));
     box.dataset.callId = part.id;
@@ -47,25 +54,25 @@ export class PartRenderer {
 
   toolResult(part) {
     const call = this.calls.get(part.call_id);
-    const content = resultContent(part);
     if (call) {
-      call.result.replaceChildren(content);
-      call.state.textContent = part.is_error ? "error" : "done";
-      call.state.className = `badge call-state ${part.is_error ? "error" : "done"}`;
+      const outcome = part.is_error ? "error" : "done";
+      call.result.replaceChildren(resultContent(part));
+      call.state.textContent = outcome;
+      call.state.className = `badge call-state ${outcome}`;
       if (part.is_error) call.box.classList.add("failed");
       const jump = button(`↑ result of ${call.name}${part.is_error ? " (error)" : ""}`, "jump", () => {
         call.box.open = true;
         call.box.scrollIntoView({ block: "center", behavior: "smooth" });
       });
-      // the tool message's own copy, rendered only when it is opened (a result can be large)
-      const copy = details("result", `tool-result paired${part.is_error ? " failed" : ""}`);
-      copy.addEventListener("toggle", () => {
-        if (copy.open && copy.childElementCount === 1) copy.append(resultContent(part));
-      });
-      return h("div", "tool-result-ref", jump, copy);
+      jump.title = "The result is shown with its call";
+      return h("div", `tool-result-ref ${outcome}`, jump, h("span", "muted", " shown with the call"));
     }
-    const box = details(`result of ${part.name || "an unknown call"}${part.is_error ? " (error)" : ""}`,
-      `tool-result orphan${part.is_error ? " failed" : ""}`, content,
+    // a result whose call is not on the page: a card of its own
+    const state = h("span", `badge call-state ${part.is_error ? "error" : "done"}`, part.is_error ? "error" : "done");
+    const box = h("details", `tool-call orphan${part.is_error ? " failed" : ""}`,
+      h("summary", null, h("span", "tool-icon", "⚙"), h("span", "tool-name", part.name || "an unknown call"),
+        h("span", "tool-args-preview", "result without its call"), state),
+      h("div", "tool-section", h("div", "label", "Result"), resultContent(part)),
       h("div", "tool-id", `no call ${part.call_id} before this message`));
     box.dataset.callId = part.call_id;
     return box;
@@ -79,6 +86,34 @@ export function argsPreview(args) {
     text = JSON.stringify(args ?? {});
   } catch { /* leave empty */ }
   return text.length > 80 ? `${text.slice(0, 79)}…` : text;
+}
+
+function firstLine(text) {
+  const line = text.split("\n").find((l) => l.trim()) || "";
+  return line.length > 80 ? `${line.slice(0, 79)}…` : line;
+}
+
+// A code-interpreter call: arguments that are a string of code, or {"code":
+// "..."} (with an optional "language"), as ChatGPT's python tool and OpenAI's
+// code interpreter send them; shown as code, not as escaped JSON. The language
+// is the one named, else the tool's name when it names one (python), else
+// python.
+export function codeOf(part) {
+  const args = part.arguments;
+  let text = null;
+  let named = null;
+  if (typeof args === "string") {
+    text = args;
+  } else if (args && typeof args === "object" && !Array.isArray(args) && typeof args.code === "string") {
+    const keys = Object.keys(args).filter((k) => k !== "code");
+    if (keys.length === 0 || (keys.length === 1 && typeof args.language === "string")) {
+      text = args.code;
+      named = args.language || null;
+    }
+  }
+  if (text === null) return null;
+  const lang = [named, part.name].find((l) => l && l !== "unknown" && canHighlight("", l)) || "python";
+  return { text, lang };
 }
 
 export function resultContent(part) {
@@ -135,8 +170,10 @@ export function imagePart(part) {
     img.src = part.url;
   } else {
     const href = safeUrl(part.url);
-    const link = href ? anchor(href, "external", `external image: ${part.url}`) : h("span", null, `image: ${part.url || "?"}`);
-    if (href) { link.target = "_blank"; link.rel = "noopener noreferrer nofollow"; }
+    if (!href) return missingImage(part);
+    const link = anchor(href, "external", `external image: ${part.url}`);
+    link.target = "_blank";
+    link.rel = "noopener noreferrer nofollow";
     figure.append(link);
     return figure;
   }
@@ -145,6 +182,24 @@ export function imagePart(part) {
     $("lightbox").hidden = false;
   });
   figure.append(img, caption);
+  return figure;
+}
+
+// Schemes of references to files that stayed with the service that made the
+// export (ChatGPT's conversations.json names its files this way).
+const EXPORT_POINTER = /^(?:file-service|sediment):/i;
+
+function missingImage(part) {
+  // an image the store does not hold: no name, no bytes, no URL to fetch
+  const url = String(part.url || "");
+  const why = EXPORT_POINTER.test(url) ? "not included in the export" : "not stored here";
+  const facts = [part.width && part.height ? `${part.width}×${part.height}` : null, part.mime_type, url || null]
+    .filter(Boolean).join(" · ");
+  const figure = h("figure", "image missing",
+    h("div", "image-missing-box", h("span", "image-icon", "🖼"), h("span", "image-label", "Image"),
+      h("span", "muted", ` (${why})`)),
+    facts ? h("figcaption", null, facts) : null);
+  figure.title = url;
   return figure;
 }
 

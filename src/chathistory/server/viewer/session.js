@@ -3,7 +3,7 @@
 // the side panels (the context window is window.js's).
 
 import { api } from "./api.js";
-import { branchPanel, forkDivider, infoPanel } from "./branches.js";
+import { branchPanel, branchSwitcher, forkDivider, infoPanel } from "./branches.js";
 import {
   anchor, button, bytes, details, enc, fmt, h, KV, nav, plural, pretty, roleClass, showError,
   textOf, titleOf, tokensOf, when,
@@ -48,6 +48,7 @@ export class SessionView {
     this.first = session.message_count;
     this.byId = new Map(); // message id -> {message, node, seq}
     this.parts = new PartRenderer(); // tool calls and results, paired
+    this.switcher = branchSwitcher(session, lineage); // seq -> "‹ 1/2 ›" where branches part, or null
     this.window = new WindowPanel(session, {
       onChange: () => this.windowChanged(),
       focus: (messageId) => this.focus(messageId),
@@ -314,6 +315,7 @@ export class SessionView {
       h("span", "role", message.role),
       message.name ? h("span", "author", message.name) : null,
       h("span", "seq", `#${seq}`),
+      this.switcher(seq),
       when(message.created_at),
       tokenCount,
       status !== "loaded" ? h("span", `badge kv-badge kv-${status}`, status) : null);
