@@ -28,13 +28,7 @@ import msgspec
 
 from .errors import ChatHistoryError, InvalidMessage, NotFound
 from .model import Attachment
-from .model._sniff import (
-    SUPPORTED_MIME_TYPES,
-    UNKNOWN_MIME_TYPE,
-    image_size,
-    modality_of,
-    sniff_mime,
-)
+from .model._sniff import SUPPORTED_MIME_TYPES, UNKNOWN_MIME_TYPE, sniff_mime
 from .model.parts import MAX_ATTACHMENT_BYTES
 
 __all__ = ["AssetTooLarge", "AssetWriter", "FileAssetStore", "check_digest"]
@@ -117,8 +111,7 @@ class FileAssetStore:
         if not path.exists():
             return None
         return Attachment(name=meta.name, size=meta.size, mime_type=meta.mime_type,
-                          modality=modality_of(meta.mime_type) or "document", sha256=sha256,
-                          width=meta.width, height=meta.height)
+                          sha256=sha256, width=meta.width, height=meta.height)
 
     def path(self, tenant: str, sha256: str) -> Path:
         """Where the bytes are; ``NotFound`` when this tenant has no such file."""
@@ -189,12 +182,12 @@ class AssetWriter:
         except InvalidMessage:
             self.abort()
             raise
-        digest = self._hash.hexdigest()
-        modality = modality_of(mime) or "document"
-        dims = image_size(head) if modality == "image" else None
-        name = self.name or f"{digest[:12]}.{mime.split('/')[-1].replace('jpeg', 'jpg')}"
-        meta = _Meta(name=name, mime_type=mime, size=self.size,
-                     width=dims[0] if dims else None, height=dims[1] if dims else None)
+        # described as Attachment.from_bytes describes inline bytes: one way to count them
+        attachment = Attachment.of_file(head, size=self.size, sha256=self._hash.hexdigest(),
+                                        name=self.name, mime_type=mime)
+        digest = attachment.sha256
+        meta = _Meta(name=attachment.name, mime_type=mime, size=self.size,
+                     width=attachment.width, height=attachment.height)
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
@@ -210,8 +203,7 @@ class AssetWriter:
             tmp_meta = final.parent / f".{digest}.{os.getpid()}.json"
             tmp_meta.write_bytes(msgspec.json.encode(meta))
             os.replace(tmp_meta, meta_path)
-        return Attachment(name=name, size=self.size, mime_type=mime, modality=modality,
-                          sha256=digest, width=meta.width, height=meta.height)
+        return attachment
 
     def abort(self) -> None:
         """Drop the upload; nothing is kept."""

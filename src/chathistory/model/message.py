@@ -19,7 +19,13 @@ from typing import Any
 import msgspec
 
 from ..errors import InvalidMessage
-from ._sniff import SUPPORTED_MIME_TYPES, UNKNOWN_MIME_TYPE, modality_of, sniff_mime
+from ._sniff import (
+    SUPPORTED_MIME_TYPES,
+    UNKNOWN_MIME_TYPE,
+    image_size,
+    modality_of,
+    sniff_mime,
+)
 from .parts import (
     MAX_ATTACHMENT_BYTES,
     Attachment,
@@ -32,10 +38,11 @@ from .parts import (
     TextPart,
     ToolCall,
     ToolResult,
+    bare_mime,
     new_id,
 )
 
-__all__ = ["KEPT_ROLES", "KVStatus", "Message", "Role"]
+__all__ = ["KEPT_ROLES", "KVStatus", "Message", "Role", "check_described", "media_parts"]
 
 
 class Role(StrEnum):
@@ -367,6 +374,8 @@ def _check_media(part: MediaPart, path: str) -> None:
         return
     assert att is not None
     apath = path + ".attachment"
+    if att.data is None:
+        _check_reference(att, apath)
     if att.size <= 0 or (att.data is not None and len(att.data) == 0):
         raise InvalidMessage("attachment is empty", apath + ".size")
     if att.size > MAX_ATTACHMENT_BYTES:
@@ -375,7 +384,7 @@ def _check_media(part: MediaPart, path: str) -> None:
         )
     if att.data is not None and len(att.data) != att.size:
         raise InvalidMessage("size does not match the attached bytes", apath + ".size")
-    mime = att.mime_type.split(";")[0].strip().lower()
+    mime = bare_mime(att.mime_type)
     if mime == UNKNOWN_MIME_TYPE:
         _refuse_unknown(att, apath)
     if mime not in SUPPORTED_MIME_TYPES and not mime.startswith("text/"):
@@ -392,6 +401,66 @@ def _check_media(part: MediaPart, path: str) -> None:
     # with the real bytes would be served these (the first write of a digest wins)
     if att.data is not None and hashlib.sha256(att.data).hexdigest() != att.sha256:
         raise InvalidMessage("sha256 does not match the attached bytes", apath + ".sha256")
+
+
+def _check_reference(att: Attachment, path: str) -> None:
+    """An attachment without ``data`` names stored bytes: what cannot be derived from
+    bytes it does not carry must be given."""
+    if not att.sha256:
+        raise InvalidMessage("an attachment needs its bytes (data) or the sha256 of stored "
+                             "ones (an upload's)", path + ".sha256")
+    if att.size < 0:
+        raise InvalidMessage("an attachment without data needs its size", path + ".size")
+    if not att.mime_type:
+        raise InvalidMessage("an attachment without data needs its mime_type",
+                             path + ".mime_type")
+
+
+def check_described(message: Message) -> None:
+    """Refuse what an attachment says of its inline bytes that they do not say: a
+    ``modality`` other than its ``mime_type``'s, and an image's ``width`` or ``height``
+    (the attachment's, or its part's) other than the bytes'. ``InvalidMessage`` names
+    the field (``$.parts[1].attachment.width``).
+
+    The service checks its input with it (``Message.validate`` checks ``size`` and
+    ``sha256``); documents and stored messages are not held to it, so what an earlier
+    release stored still loads."""
+    for path, part in media_parts(message):
+        att = part.attachment
+        if att is None:
+            continue
+        apath = path + ".attachment"
+        modality = modality_of(bare_mime(att.mime_type))
+        if modality is not None and att.modality != modality:
+            raise InvalidMessage(f"modality is {modality!r} for {att.mime_type}, not "
+                                 f"{att.modality!r} (leave it out: it is derived)",
+                                 apath + ".modality")
+        if att.data is None or modality != "image":
+            continue
+        measured = image_size(att.data)
+        if measured is None:
+            continue
+        given = [(apath, att.width, att.height)]
+        if isinstance(part, ImagePart):
+            given.append((path, part.width, part.height))
+        for where, width, height in given:
+            for field, value, real in (("width", width, measured[0]),
+                                       ("height", height, measured[1])):
+                if value is not None and value != real:
+                    raise InvalidMessage(f"{field} is {real} in the attached bytes, not "
+                                         f"{value} (leave it out: it is derived)",
+                                         f"{where}.{field}")
+
+
+def media_parts(message: Message) -> Iterable[tuple[str, MediaPart]]:
+    """Every media part of ``message`` with its path (``$.parts[2].content[0]``)."""
+    for i, part in enumerate(message.parts):
+        if isinstance(part, MediaPart):
+            yield f"$.parts[{i}]", part
+        elif type(part) is ToolResult and not isinstance(part.content, str):
+            for j, item in enumerate(part.content):
+                if isinstance(item, MediaPart):
+                    yield f"$.parts[{i}].content[{j}]", item
 
 
 def _refuse_unknown(att: Attachment, path: str) -> None:

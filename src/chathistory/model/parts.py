@@ -29,6 +29,7 @@ __all__ = [
     "TextPart",
     "ToolCall",
     "ToolResult",
+    "bare_mime",
     "new_id",
 ]
 
@@ -46,44 +47,82 @@ class Attachment(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, 
 
     ``data`` holds the bytes inline until a store moves them into its asset
     storage; after that the attachment is a pure reference by ``sha256``.
+
+    What the bytes say need not be given: with ``data``, a field left out is derived
+    from them (``size``, ``sha256``, ``mime_type`` sniffed with the help of ``name``,
+    an image's ``width`` and ``height``); ``modality`` comes from ``mime_type`` and
+    ``name`` from the digest. Fields given are kept as given: ``Message.validate``
+    refuses a ``size`` or ``sha256`` that disagrees with the bytes, and
+    ``check_described`` a ``modality``, ``width`` or ``height``.
     """
 
     id: str = msgspec.field(default_factory=new_id)
-    name: str
-    size: int
-    modality: str
-    mime_type: str
-    sha256: str
+    name: str = ""
+    size: int = -1
+    modality: str = ""
+    mime_type: str = ""
+    sha256: str = ""
     width: int | None = None
     height: int | None = None
     data: bytes | None = None
+
+    def __post_init__(self) -> None:
+        if self.data is not None or not self.modality or not self.name:
+            _derive(self, self.data)
 
     @classmethod
     def from_bytes(
         cls, data: bytes, *, name: str | None = None, mime_type: str | None = None
     ) -> Attachment:
         """An attachment for ``data``; the media type is sniffed when not given."""
-        mime = mime_type or sniff_mime(data, name)
-        digest = hashlib.sha256(data).hexdigest()
-        modality = modality_of(mime) or "document"
-        size = image_size(data) if modality == "image" else None
-        if name is None:
-            ext = (mime.split("/")[-1].split(";")[0] or "bin").replace("jpeg", "jpg")
-            name = f"{digest[:12]}.{ext}"
-        return cls(
-            name=name,
-            size=len(data),
-            modality=modality,
-            mime_type=mime,
-            sha256=digest,
-            width=size[0] if size else None,
-            height=size[1] if size else None,
-            data=bytes(data),
-        )
+        return cls(data=bytes(data), name=name or "", mime_type=mime_type or "")
+
+    @classmethod
+    def of_file(cls, head: bytes, *, size: int, sha256: str, name: str | None = None,
+                mime_type: str | None = None) -> Attachment:
+        """A reference (no ``data``) to a file of ``size`` bytes and digest ``sha256``
+        whose first bytes are ``head`` (enough for its magic number and an image's
+        size header): what ``from_bytes`` would say of the whole file, for a file
+        streamed to disk (an upload)."""
+        att = cls(name=name or "", size=size, sha256=sha256,
+                  mime_type=mime_type or sniff_mime(head, name))
+        _derive(att, head)
+        return att
 
     def without_data(self) -> Attachment:
         """The same attachment as a pure reference (no inline bytes)."""
         return msgspec.structs.replace(self, data=None) if self.data is not None else self
+
+
+def bare_mime(mime_type: str) -> str:
+    """The media type without parameters, lower case (``image/png``)."""
+    return mime_type.split(";")[0].strip().lower()
+
+
+def _derive(att: Attachment, head: bytes | None) -> None:
+    """Fill the fields ``att`` was given without, from ``head``: the file's bytes, or
+    its first bytes when ``size`` and ``sha256`` are given (an attachment is frozen:
+    this runs as it is made, from ``__post_init__`` or ``of_file``)."""
+    put = msgspec.structs.force_setattr
+    if head is not None:
+        if att.size < 0:
+            put(att, "size", len(head))
+        if not att.sha256:
+            put(att, "sha256", hashlib.sha256(head).hexdigest())
+        if not att.mime_type:
+            put(att, "mime_type", sniff_mime(head, att.name or None))
+    mime = bare_mime(att.mime_type)
+    if not att.modality and mime:
+        put(att, "modality", modality_of(mime) or "document")
+    if (head is not None and att.modality == "image" and (att.width is None or att.height is None)
+            and (size := image_size(head)) is not None):
+        if att.width is None:
+            put(att, "width", size[0])
+        if att.height is None:
+            put(att, "height", size[1])
+    if not att.name and att.sha256 and mime:
+        ext = (mime.split("/")[-1] or "bin").replace("jpeg", "jpg")
+        put(att, "name", f"{att.sha256[:12]}.{ext}")
 
 
 class _Part(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False,

@@ -4,13 +4,18 @@ provider's format), context, one message, pop, clear, mark, reduce, window."""
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import msgspec
 from starlette.responses import Response
 
+from ..assets import FileAssetStore
 from ..errors import InvalidMessage, NotFound
-from ..model import Attachment, KVStatus, MediaPart, Message, ToolResult
+from ..formats import from_anthropic, from_gemini, from_openai_chat, from_openai_responses
+from ..model import Attachment, KVStatus, MediaPart, Message, Part, ToolResult
+from ..model.message import check_described
 from ..stores.engine import Engine
 from ..window import WindowPlan
 from .app import Context, Endpoint, Param, call_store, run
@@ -18,11 +23,16 @@ from .errors import BadRequest, HTTPError
 from .ops import counter_for, plan_window, reduce_session
 from .routes_sessions import SESSION, guarded
 from .schema import (
+    MAX_MESSAGES_PER_APPEND,
     MAX_PARTS_PER_MESSAGE,
+    AnthropicAppendBody,
     AppendBody,
+    GeminiAppendBody,
     MarkBody,
     MarkOut,
     MessagesOut,
+    OpenAIChatAppendBody,
+    OpenAIResponsesAppendBody,
     PopOut,
     ReduceBody,
     ReduceOut,
@@ -38,9 +48,10 @@ from .wire import (
     query_int,
     query_str,
     rerooted,
+    url_safe_id,
 )
 
-__all__ = ["FORMATS", "ROUTES"]
+__all__ = ["FORMATS", "INPUT_FORMATS", "ROUTES"]
 
 MESSAGES = SESSION + "/messages"
 FORMATS = {
@@ -55,19 +66,156 @@ FORMATS = {
 async def append(ctx: Context) -> Response:
     sid = ctx.param("session_id")
     expected = if_match(ctx.request)
-    body = await ctx.json(AppendBody)
+    fmt = query_str(ctx.request, "format")
+    if fmt:
+        messages, body_key, options = await _provider_messages(ctx, fmt)
+    else:
+        messages, body_key, options = await _own_messages(ctx)
+    try:
+        version = await guarded(ctx, sid, expected, ctx.store.append, sid, messages,
+                                tenant=ctx.tenant, **options)
+    except InvalidMessage as exc:
+        if not fmt or not exc.path.startswith("$["):
+            raise rerooted(exc, "$.messages") from None
+        # the path is into the converted messages, not the body's: say which
+        raise InvalidMessage(f"{exc.reason} (at {exc.path} of the {len(messages)} messages "
+                             f"the {fmt} {body_key} convert to)", f"$.{body_key}") from None
+    return json_response(VersionOut(version), headers=etag(version))
+
+
+async def _own_messages(ctx: Context) -> tuple[list[Message], str, dict[str, Any]]:
+    """The body's chathistory messages, each checked against its inline bytes, and
+    references to uploads completed from the upload."""
+    try:
+        body = await ctx.json(AppendBody)
+    except InvalidMessage as exc:
+        raise _shape_hint(exc) from None
     for i, message in enumerate(body.messages):
         if len(message.parts) > MAX_PARTS_PER_MESSAGE:
             raise InvalidMessage(f"a message may have at most {MAX_PARTS_PER_MESSAGE} parts",
                                  f"$.messages[{i}].parts")
+        try:
+            check_described(message)
+        except InvalidMessage as exc:
+            raise exc.under(f"$.messages[{i}]") from None
         message.token_counts = None  # counts are the server's to make, never the client's
+    if any(_incomplete(a) for m in body.messages for a in m.attachments):
+        await run(_complete_references, body.messages, ctx.service.assets, ctx.tenant)
+    return body.messages, "messages", {"state": body.state,
+                                       "reject_orphans": body.reject_orphans}
+
+
+_FORMAT_HINT = ("; or send the provider's messages as they are, with ?format=openai_chat "
+                "(or openai_responses, anthropic, gemini)")
+_MESSAGE_FIELD = re.compile(r"^\$\.messages\[\d+\]\.(content|type)$")
+_PART = re.compile(r"^\$\.messages\[\d+\]\.parts\[\d+\]$")
+
+
+def _shape_hint(exc: InvalidMessage) -> InvalidMessage:
+    """``exc`` telling how to send a provider's shape, when the body looks like one:
+    a message with ``content`` (OpenAI, Anthropic, Responses), a part without
+    ``type`` (Gemini)."""
+    if _MESSAGE_FIELD.match(exc.path) and exc.reason.startswith("unknown field"):
+        return InvalidMessage(exc.reason + _FORMAT_HINT, exc.path)
+    if _PART.match(exc.path) and "missing required field `type`" in exc.reason:
+        return InvalidMessage(f"{exc.reason}: a part names its kind in `type` (text, image, "
+                              f"audio, file, tool_call, tool_result, reasoning){_FORMAT_HINT}",
+                              exc.path)
+    return exc
+
+
+def _incomplete(attachment: Attachment) -> bool:
+    """A reference (no bytes) that leaves out what its upload knows."""
+    return attachment.data is None and (
+        attachment.size < 0 or not attachment.mime_type
+        or (attachment.modality == "image" and attachment.width is None))
+
+
+def _complete_references(messages: list[Message], assets: FileAssetStore, tenant: str) -> None:
+    """Fill what references to uploads (``POST /v1/assets``) leave out (size, media type,
+    name, an image's dimensions) from the upload, so that an image counts the same
+    tokens referenced as inline; a given ``size`` or ``mime_type`` other than the
+    upload's is a 422 naming it. (Work pool: reads the uploads' descriptions.)"""
+    for i, message in enumerate(messages):
+        message.parts = [_completed(part, f"$.messages[{i}].parts[{j}]", assets, tenant)
+                         for j, part in enumerate(message.parts)]
+
+
+def _completed(part: Part, path: str, assets: FileAssetStore, tenant: str) -> Any:
+    if isinstance(part, ToolResult) and not isinstance(part.content, str):
+        content = [_completed(item, f"{path}.content[{k}]", assets, tenant)
+                   for k, item in enumerate(part.content)]
+        return msgspec.structs.replace(part, content=content)
+    att = part.attachment if isinstance(part, MediaPart) else None
+    if att is None or not _incomplete(att):
+        return part
     try:
-        version = await guarded(ctx, sid, expected, ctx.store.append, sid, body.messages,
-                                tenant=ctx.tenant, state=body.state,
-                                reject_orphans=body.reject_orphans)
+        upload = assets.info(tenant, att.sha256)
+    except InvalidMessage:  # not a digest: validation names the field
+        return part
+    if upload is None:
+        return part  # not uploaded here: validation says what the reference lacks
+    for field in ("size", "mime_type"):
+        given, known = getattr(att, field), getattr(upload, field)
+        if given not in (-1, "") and given != known:
+            raise InvalidMessage(f"{field} is {known!r} for upload {att.sha256}, not "
+                                 f"{given!r}", f"{path}.attachment.{field}")
+    full = msgspec.structs.replace(
+        upload, id=att.id, name=att.name or upload.name,
+        width=att.width if att.width is not None else upload.width,
+        height=att.height if att.height is not None else upload.height)
+    return msgspec.structs.replace(part, attachment=full)
+
+
+async def _provider_messages(ctx: Context, fmt: str
+                             ) -> tuple[list[Message], str, dict[str, Any]]:
+    """The body's provider messages (``?format=``) converted by ``chathistory.formats``'
+    ``from_*`` (in the work pool), with ids from ``id_prefix`` when given."""
+    if fmt not in INPUT_FORMATS:
+        raise BadRequest(f"unknown format {fmt!r}: use {', '.join(INPUT_FORMATS)}")
+    body_type, key, convert = INPUT_FORMATS[fmt]
+    try:
+        body = await ctx.json(body_type)
     except InvalidMessage as exc:
-        raise rerooted(exc, "$.messages") from None
-    return json_response(VersionOut(version), headers=etag(version))
+        if exc.path.count(".") == 1 and exc.reason.startswith("unknown field"):
+            fields = ", ".join(f"`{f.encode_name}`" for f in msgspec.structs.fields(body_type))
+            raise InvalidMessage(f"{exc.reason}: a {fmt} append carries {fields}",
+                                 exc.path) from None
+        raise
+    url_safe_id(body.id_prefix, "$.id_prefix")
+    try:
+        messages: list[Message] = await run(convert, body)
+    except InvalidMessage as exc:  # from_openai_chat/_responses name $[i] of their list
+        raise rerooted(exc, f"$.{key}") from None
+    if len(messages) > MAX_MESSAGES_PER_APPEND:
+        raise InvalidMessage(f"the {key} convert to {len(messages)} messages; the limit of "
+                             f"an append is {MAX_MESSAGES_PER_APPEND}", f"$.{key}")
+    if body.id_prefix is not None:
+        for k, message in enumerate(messages):
+            message.id = f"{body.id_prefix}-{k}"
+    return messages, key, {"state": body.state, "reject_orphans": body.reject_orphans}
+
+
+def _from_anthropic(body: AnthropicAppendBody) -> list[Message]:
+    return from_anthropic(body.system, body.messages)
+
+
+def _from_gemini(body: GeminiAppendBody) -> list[Message]:
+    request: dict[str, Any] = {"contents": body.contents}
+    if body.system_instruction is not None:
+        request["system_instruction"] = body.system_instruction
+    return from_gemini(request)
+
+
+INPUT_FORMATS: dict[str, tuple[Any, str, Callable[[Any], list[Message]]]] = {
+    "openai_chat": (OpenAIChatAppendBody, "messages", lambda b: from_openai_chat(b.messages)),
+    "openai_responses": (OpenAIResponsesAppendBody, "input",
+                         lambda b: from_openai_responses(b.input)),
+    "anthropic": (AnthropicAppendBody, "messages", _from_anthropic),
+    "gemini": (GeminiAppendBody, "contents", _from_gemini),
+}
+"""``POST .../messages?format=`` -> (body type, the body's field of provider messages,
+conversion). The body carries the request fields a read with the same format returns."""
 
 
 def _exactly_one_selector(ctx: Context) -> str:
@@ -290,7 +438,15 @@ _SELECTORS = (
 
 ROUTES = [
     Endpoint("POST", MESSAGES, append, "Append messages (atomic; idempotent by message id)",
-             body=AppendBody, responses={200: VersionOut}, if_match=True),
+             body=AppendBody, responses={200: VersionOut}, if_match=True,
+             query=(Param("format", description=(
+                 "openai_chat | openai_responses | anthropic | gemini: the body carries that "
+                 "provider's request fields instead of `messages` of chathistory's shape, as "
+                 "a read with the same format returns them (openai_chat: `messages`; "
+                 "openai_responses: `input`; anthropic: `system`, `messages`; gemini: "
+                 "`contents`, `system_instruction`), with `state`, `reject_orphans` and "
+                 "`id_prefix` (ids <id_prefix>-0, -1, ... in order: without it a retry "
+                 "stores the messages again, as they carry no ids)")),)),
     Endpoint("GET", MESSAGES, read_messages, "Read messages with exactly one selector",
              responses={200: MessagesOut}, query=_SELECTORS),
     Endpoint("DELETE", MESSAGES, clear, "Remove every message", responses={200: VersionOut}),

@@ -15,13 +15,17 @@ from ..window import WindowPlan
 __all__ = [
     "MAX_MESSAGES_PER_APPEND",
     "MAX_PARTS_PER_MESSAGE",
+    "AnthropicAppendBody",
     "AppendBody",
     "CreateSessionBody",
     "EditBody",
     "EraseBody",
     "ErrorBody",
     "ForkBody",
+    "GeminiAppendBody",
     "MarkBody",
+    "OpenAIChatAppendBody",
+    "OpenAIResponsesAppendBody",
     "ReduceBody",
     "UpdateSessionBody",
     "WindowBody",
@@ -72,6 +76,41 @@ class AppendBody(_Body):
     messages: Annotated[list[Message], msgspec.Meta(max_length=MAX_MESSAGES_PER_APPEND)]
     state: dict[str, Any] | None = None
     reject_orphans: bool = False
+
+
+Payloads = Annotated[list[dict[str, Any]], msgspec.Meta(max_length=MAX_MESSAGES_PER_APPEND)]
+IdPrefix = Annotated[str, msgspec.Meta(
+    min_length=1, max_length=150,
+    description="the stored messages get the ids <id_prefix>-0, <id_prefix>-1, ... in "
+                "order, so a retry of the same body stores nothing twice (without it each "
+                "gets a new random id); no '/'")]
+
+
+class _FormatAppendBody(_Body):
+    """An append in a provider's shape (``?format=``): its request fields, as a read
+    with the same format returns them, and the append's own."""
+
+    state: dict[str, Any] | None = None
+    reject_orphans: bool = False
+    id_prefix: IdPrefix | None = None
+
+
+class OpenAIChatAppendBody(_FormatAppendBody, kw_only=True):
+    messages: Payloads
+
+
+class OpenAIResponsesAppendBody(_FormatAppendBody, kw_only=True):
+    input: Payloads
+
+
+class AnthropicAppendBody(_FormatAppendBody, kw_only=True):
+    messages: Payloads
+    system: str | list[dict[str, Any]] | None = None
+
+
+class GeminiAppendBody(_FormatAppendBody, kw_only=True):
+    contents: Payloads
+    system_instruction: str | dict[str, Any] | None = None
 
 
 class MarkBody(_Body):

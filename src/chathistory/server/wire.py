@@ -5,6 +5,13 @@ query parameters, ``If-Match`` and ``ETag``."""
 from __future__ import annotations
 
 import asyncio
+import builtins
+import difflib
+import functools
+import operator
+import re
+import types
+import typing
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -14,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..errors import InvalidMessage
+from ..model import Message
 from ..model.codec import invalid_from
 from ..stores.model import Session
 from .errors import BadRequest, HTTPError
@@ -22,6 +30,7 @@ from .work import SMALL_BODY
 __all__ = [
     "BODY_IDLE_SECONDS",
     "JSON_TYPE",
+    "PARTS_HINT",
     "body_chunks",
     "decode_json",
     "encode_session",
@@ -33,13 +42,14 @@ __all__ = [
     "query_int",
     "read_body",
     "session_response",
+    "strict",
     "url_safe_id",
 ]
 
 T = TypeVar("T")
 JSON_TYPE = "application/json"
 _encoder = msgspec.json.Encoder()
-_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+_decoders: dict[Any, tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]] = {}
 
 
 def too_large(limit: int) -> HTTPError:
@@ -94,16 +104,20 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 def decode_json(body: bytes, type: type[T]) -> T:
     """``body`` decoded into ``type``: 400 for bytes that are not JSON (malformed,
-    not UTF-8, nested too deeply), 422 with the path for a wrong field."""
-    decoder = _decoders.get(type)
-    if decoder is None:
-        decoder = _decoders[type] = msgspec.json.Decoder(type)
+    not UTF-8, nested too deeply), 422 with the path for a wrong field, and for an
+    unknown field at any depth (the library's structs ignore fields they do not know,
+    for documents of newer releases; the API refuses them: see ``strict``)."""
+    decoders = _decoders.get(type)
+    if decoders is None:
+        decoders = _decoders[type] = (msgspec.json.Decoder(type),
+                                      msgspec.json.Decoder(strict(type)))
     if not body.strip():
         raise HTTPError(400, "invalid_json", "the request needs a JSON body")
     try:
-        value: T = decoder.decode(body)
+        value: T = decoders[0].decode(body)
+        decoders[1].decode(body)
     except msgspec.ValidationError as exc:
-        raise invalid_from(exc) from None
+        raise _invalid(exc, type) from None
     except msgspec.DecodeError as exc:
         raise HTTPError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
     except RecursionError:
@@ -111,6 +125,134 @@ def decode_json(body: bytes, type: type[T]) -> T:
     except UnicodeDecodeError:
         raise HTTPError(400, "invalid_json", "the body is not valid UTF-8") from None
     return value
+
+
+_UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$", re.S)
+_SEGMENT = re.compile(r"\.([^.\[]+)|\[\d+\]")
+PARTS_HINT = ("a message's content goes in `parts`, a list of typed parts "
+              '([{"type": "text", "text": "..."}])')
+"""What an unknown ``content`` (or ``type``) of a message gets told: the shape of
+OpenAI's, Anthropic's or the Responses API's messages was sent."""
+
+
+def _invalid(exc: msgspec.ValidationError, type: Any) -> InvalidMessage:
+    """The 422 of a validation error; an unknown field is named in the path
+    (``$.messages[0].nmae``), with the known field it may be a typo of."""
+    error = invalid_from(exc)
+    unknown = _UNKNOWN.match(error.reason)
+    if unknown is None:
+        return error
+    name = unknown.group(1)
+    owner = _struct_at(type, error.path)
+    if owner is Message and name in ("content", "type"):
+        hint = f": {PARTS_HINT}"
+    else:
+        known = ([f.encode_name for f in msgspec.structs.fields(owner)] if owner is not None
+                 else _field_names(type))
+        close = difflib.get_close_matches(name, [k for k in known if k != name], n=1,
+                                          cutoff=0.75)
+        hint = f" (did you mean `{close[0]}`?)" if close else ""
+    return InvalidMessage(f"unknown field `{name}`{hint}", f"{error.path}.{name}")
+
+
+def _struct_at(type: Any, path: str) -> Any:
+    """The struct class a body of ``type`` has at ``path`` (``$.messages[0]``), or None
+    when the path runs through a union of structs (which one is the value's tag)."""
+    t = type
+    for segment in _SEGMENT.finditer(path[1:]):
+        t = _one(t)
+        if t is None:
+            return None
+        if segment.group(1) is not None:
+            if not (isinstance(t, builtins.type) and issubclass(t, msgspec.Struct)):
+                return None
+            by_name = {f.encode_name: f.type for f in msgspec.structs.fields(t)}
+            if segment.group(1) not in by_name:
+                return None
+            t = by_name[segment.group(1)]
+        elif typing.get_origin(t) is list:
+            t = typing.get_args(t)[0]
+        else:
+            return None
+    t = _one(t)
+    return t if isinstance(t, builtins.type) and issubclass(t, msgspec.Struct) else None
+
+
+def _one(type: Any) -> Any:
+    """``type`` without ``Annotated`` and ``| None``; None for a union of several."""
+    if typing.get_origin(type) is typing.Annotated:
+        type = typing.get_args(type)[0]
+    if typing.get_origin(type) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(type) if a is not builtins.type(None)]
+        return _one(members[0]) if len(members) == 1 else None
+    return type
+
+
+# ---------------------------------------------------------------- strict twins
+
+_twins: dict[Any, Any] = {}
+
+
+def strict(type: Any) -> Any:
+    """``type`` with every struct in it refusing unknown fields, for a second decode
+    of a request body that only looks for them: each struct gets a twin with the same
+    encoded field names, tags and shape (lists, dicts, unions of structs), every field
+    optional and every other value ``msgspec.Raw`` (kept as bytes, never converted:
+    the first decode, into the real type, checked values and required fields). The
+    library's structs stay lenient (``docs/schema.md``: readers ignore fields they do
+    not know), the API is strict at every depth."""
+    origin = typing.get_origin(type)
+    if origin is typing.Annotated:
+        return strict(typing.get_args(type)[0])
+    if not _has_struct(type):
+        return msgspec.Raw
+    if isinstance(type, builtins.type) and issubclass(type, msgspec.Struct):
+        return _twin(type)
+    args = typing.get_args(type)
+    if origin is list:
+        return list[strict(args[0])]  # type: ignore[misc]
+    if origin is dict:
+        return dict[args[0], strict(args[1])]  # type: ignore[misc,valid-type]
+    if origin in (typing.Union, types.UnionType):
+        members = tuple(strict(a) if _has_struct(a) else a for a in args)
+        return functools.reduce(operator.or_, members)
+    raise TypeError(f"no strict twin for {type!r}")
+
+
+def _twin(struct: builtins.type[msgspec.Struct]) -> Any:
+    twin = _twins.get(struct)
+    if twin is None:
+        config = struct.__struct_config__
+        fields = [(f.name, strict(f.type), msgspec.field(default=None, name=f.encode_name))
+                  for f in msgspec.structs.fields(struct)]
+        twin = _twins[struct] = msgspec.defstruct(
+            f"Strict{struct.__name__}", fields, kw_only=True, forbid_unknown_fields=True,
+            tag_field=config.tag_field, tag=config.tag)
+    return twin
+
+
+def _has_struct(type: Any) -> bool:
+    if isinstance(type, builtins.type) and issubclass(type, msgspec.Struct):
+        return True
+    return any(_has_struct(a) for a in typing.get_args(type)
+               if not isinstance(a, msgspec.Meta))
+
+
+@functools.cache
+def _field_names(type: Any) -> tuple[str, ...]:
+    """Every encoded field name of the structs in ``type`` (for "did you mean")."""
+    names: set[str] = set()
+    pending = [type]
+    while pending:
+        t = pending.pop()
+        if isinstance(t, builtins.type) and issubclass(t, msgspec.Struct):
+            for f in msgspec.structs.fields(t):
+                if f.encode_name not in names:
+                    names.add(f.encode_name)
+                    pending.append(f.type)
+        else:
+            pending.extend(a for a in typing.get_args(t) if not isinstance(a, msgspec.Meta))
+    return tuple(sorted(names))
 
 
 async def json_body(request: Request, type: type[T], limit: int) -> T:
