@@ -409,12 +409,13 @@ def create_app(store: Store, *, keys_required: bool = False,
     # a worker thread in Python code gives the GIL up after this long: the loop waits at
     # most that long for it (Python's default, 5 ms, adds up over a request's steps)
     sys.setswitchinterval(SWITCH_INTERVAL)
+    from .apidocs import apidocs_routes
     from .viewer import viewer_routes
 
     policy = OpenModePolicy.allowing(allowed_hosts)
     api = [Route(spec.path, _endpoint(spec, service, policy), methods=[spec.method])
            for spec in ROUTES]
-    routes: list[BaseRoute] = [*api, *viewer_routes()]
+    routes: list[BaseRoute] = [*api, *viewer_routes(), *apidocs_routes()]
     app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_found})
     app.state.service = service
     return App(app, service, direct_routes(api))

@@ -1,6 +1,7 @@
 """The OpenAPI 3.1 document, generated from the route table and the msgspec
 structs the routes decode and encode (``msgspec.json.schema_components``), so
-the document cannot drift from the code."""
+the document cannot drift from the code. Its request and response examples come
+from ``examples.py`` (checked against a live server by the tests)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import msgspec
 
 from .. import __version__
 from .app import Endpoint
+from .examples import Example, for_operation
 from .schema import RESPONSE_TYPES, ErrorBody
 
 __all__ = ["document", "document_json"]
@@ -29,6 +31,17 @@ _ERRORS = {
     "422": "Invalid input; error.path names the field",
 }
 
+
+_TAGS = [
+    {"name": "sessions", "description": "Sessions and their messages: append, read by "
+     "selectors, windows, forks and edits"},
+    {"name": "assets", "description": "Attachments uploaded as files, stored once by SHA-256"},
+    {"name": "data", "description": "The tenant's data as a whole: export, import, erasure; "
+     "the key's tenant"},
+    {"name": "system", "description": "The process: health, readiness, metrics, this document "
+     "(no key needed)"},
+]
+"""In the order ``/docs`` shows them."""
 
 _BINARY = {"application/octet-stream", "*/*"}
 _EMPTY_ALLOWED = {"application/x-ndjson"}
@@ -50,8 +63,36 @@ def _content(kind: Any, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": "string"}
         if kind in _BINARY:
             schema["format"] = "binary"
+        elif kind == "application/json":  # a JSON document without a struct (this one)
+            schema = {"type": "object"}
         return {kind: {"schema": schema}}
     return {"application/json": {"schema": schemas[kind]}}
+
+
+def _named(examples: list[Example], values: list[Any]) -> dict[str, Any]:
+    """An OpenAPI ``examples`` map: each example's value under its name."""
+    return {e.name: {"summary": e.summary, "value": v}
+            for e, v in zip(examples, values, strict=True)}
+
+
+def _with_examples(content: dict[str, Any], examples: list[Example],
+                   values: list[Any]) -> dict[str, Any]:
+    """``content`` (one media type) with ``examples`` beside its schema."""
+    if not examples:
+        return content
+    ((media, entry),) = content.items()
+    return {media: {**entry, "examples": _named(examples, values)}}
+
+
+def _parameter_examples(params: list[dict[str, Any]], examples: list[Example]) -> None:
+    """The first example's path and query parameters, as the parameters' ``example``
+    (what "Try it out" fills in: one example's, so that they make one valid request)."""
+    if not examples:
+        return
+    first = examples[0].params
+    for param in params:
+        if param["in"] in ("path", "query") and param["name"] in first:
+            param["example"] = first[param["name"]]
 
 
 def document(routes: Sequence[Endpoint]) -> dict[str, Any]:
@@ -70,6 +111,8 @@ def document(routes: Sequence[Endpoint]) -> dict[str, Any]:
         params += [{"name": p.name, "in": "query", "required": p.required,
                     "description": p.description, "schema": {"type": p.type}}
                    for p in route.query]
+        examples = for_operation(route.method, route.path)
+        _parameter_examples(params, examples)
         if route.if_match:
             params.append({"name": "If-Match", "in": "header", "required": False,
                            "description": 'The session version the write expects, e.g. "3"',
@@ -78,7 +121,9 @@ def document(routes: Sequence[Endpoint]) -> dict[str, Any]:
         for status, kind in route.responses.items():
             entry: dict[str, Any] = {"description": "OK" if status < 300 else str(status)}
             if kind is not None:
-                entry["content"] = _content(kind, schemas)
+                answered = [e for e in examples if e.status == status and e.response is not None]
+                entry["content"] = _with_examples(_content(kind, schemas), answered,
+                                                  [e.response for e in answered])
             responses[str(status)] = entry
         if not route.public:
             for code, text in _ERRORS.items():
@@ -95,14 +140,17 @@ def document(routes: Sequence[Endpoint]) -> dict[str, Any]:
         if route.public:
             operation["security"] = []
         if route.body is not None:
+            sent = [e for e in examples if e.body is not None]
             operation["requestBody"] = {"required": route.body not in _EMPTY_ALLOWED,
-                                        "content": _content(route.body, schemas)}
+                                        "content": _with_examples(_content(route.body, schemas),
+                                                                  sent, [e.body for e in sent])}
         paths.setdefault(route.path, {})[route.method.lower()] = operation
     return {
         "openapi": "3.1.0",
         "info": {"title": "chathistory", "version": __version__,
                  "description": "Conversation history for LLM applications: sessions, "
                                 "messages, token windows, attachments."},
+        "tags": _TAGS,
         "paths": paths,
         "components": {
             "schemas": components,
