@@ -230,7 +230,7 @@ def test_render_text_lines() -> None:
         ImagePart(url="data:image/png;base64,AAAA"),
         FilePart(url="https://example.com/r.pdf", name="report.pdf")])
     assert render_text(media) == ["Tool result from tool [call c1]: two files",
-                                  "File: https://example.com/a.png", "File: ImagePart",
+                                  "Image: https://example.com/a.png", "Image (inline)",
                                   "File: report.pdf"]
     thinking = Message(role="assistant", parts=[Reasoning(text="hmm")])
     assert render_text(thinking) == ["Assistant: (reasoning)"]

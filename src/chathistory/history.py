@@ -42,7 +42,7 @@ from .errors import DuplicateMessage, InvalidMessage
 from .groups import Groups
 from .model import KEPT_ROLES, FilePart, KVStatus, Message, ToolCall, ToolResult
 from .model.codec import decode_document, encode_document
-from .model.parts import MediaPart, TextPart
+from .model.parts import ImagePart, MediaPart, TextPart
 from .reduce.base import AsyncReducer, Reducer, as_reducer
 from .tokens import TokenCounter, cached_count, get_counter
 
@@ -717,9 +717,23 @@ def render_text(message: Message, call_names: dict[str, str] | None = None) -> l
 
 
 def _file_line(part: MediaPart) -> str:
+    """``File: name`` for a file or any stored attachment; an image without a name
+    by where it is: ``Image: <url>`` (http(s) and other URLs), ``Image (inline)``
+    (a data: URL), ``Image (not included)`` (a ChatGPT export's file-service:// or
+    sediment:// pointer: the export did not copy the file). The viewer's previews
+    follow the same rule (``viewer/dom.js`` ``mediaLabel``)."""
     if isinstance(part, FilePart):
         return f"File: {part.filename}"
     if part.attachment is not None:
         return f"File: {part.attachment.name}"
     url = part.url or ""
+    if isinstance(part, ImagePart):
+        if url.startswith("data:"):
+            return "Image (inline)"
+        if url.startswith(_EXPORT_POINTERS):
+            return "Image (not included)"
+        return f"Image: {url}"
     return f"File: {url if not url.startswith('data:') else type(part).__name__}"
+
+
+_EXPORT_POINTERS = ("file-service://", "sediment://")

@@ -73,6 +73,9 @@ class Conversation:
     """The main path first, then every other branch from the root to a leaf."""
     metadata: dict[str, Any] = field(default_factory=dict)
     state: dict[str, Any] | None = None
+    branch_metadata: list[dict[str, Any]] = field(default_factory=list)
+    """Added to ``metadata`` for the session ``paths[i]`` makes when it becomes a
+    branch (a ChatGPT branch's ``branch``: "2 of 3")."""
 
 
 @dataclass
@@ -114,9 +117,10 @@ def write(store: Store, conversation: Conversation, report: ImportReport,
     """Store ``conversation`` (see the module docstring); counts go to ``report``."""
     writer = _Writer(store, conversation, report,
                      TenantArg() if tenant is None else TenantArg(tenant=tenant))
-    for path in conversation.paths:
+    extras = conversation.branch_metadata
+    for i, path in enumerate(conversation.paths):
         if path:
-            writer.place(path)
+            writer.place(path, extras[i] if i < len(extras) else {})
 
 
 class _Writer:
@@ -125,7 +129,7 @@ class _Writer:
         self.store, self.conversation, self.report, self.tenant = (
             store, conversation, report, tenant)
 
-    def place(self, path: Sequence[Message]) -> None:
+    def place(self, path: Sequence[Message], branch_metadata: dict[str, Any]) -> None:
         main_id = self.conversation.session_id
         session = self._get(main_id)
         if session is None:
@@ -148,7 +152,7 @@ class _Writer:
             if branch is not None:
                 session = branch
                 continue
-            metadata = {**self.conversation.metadata, "branch_of": main_id}
+            metadata = {**self.conversation.metadata, **branch_metadata, "branch_of": main_id}
             if shared == 0:  # differs from the first message on: nothing to share
                 self.store.create_session(branch_id, metadata=metadata,
                                           state=self.conversation.state, **self.tenant)

@@ -5,14 +5,18 @@ children}`` and ``current_node`` is the last message of the branch the user
 was on. The path from the root to ``current_node`` becomes the session; every
 other branch (an edited prompt, a regenerated answer) becomes a fork of it at
 its branch point (``Store.fork``), or of another branch when it branches off a
-branch.
+branch. A branch's metadata says which alternative it is where it departs,
+``branch``: ``"k of n"`` (ChatGPT's "< k/n >" at that message; the path the
+user was on has the number left), so that branches of one title can be told
+apart; the title stays the export's.
 
 Nodes without a message, hidden ones (``metadata.is_visually_hidden_from_conversation``:
 the empty system prompt, custom instructions) and empty ones are left out and
 counted. Messages map as follows:
 
 - ``text`` / ``multimodal_text`` parts: text, images (``image_asset_pointer`` ->
-  an image part whose url is the export's pointer, with its size), audio
+  an image part whose url is the export's pointer, with its size, and its media
+  type when ``metadata.attachments`` records the upload), audio
   transcriptions as text; uploaded files in ``metadata.attachments`` become
   file parts named after the file (url ``file-service://<id>``). The export's
   files are not copied: the pointers say which file was there.
@@ -89,7 +93,7 @@ def convert(raw: bytes, index: int, report: ImportReport) -> Iterator[Conversati
         raise invalid_record(exc, index) from None
     conv_id = conv.conversation_id or conv.id or hashlib.sha256(raw).hexdigest()[:32]
     converter = _Converter(conv, conv_id, index, report)
-    paths = converter.paths()
+    paths, branch_metadata = converter.paths()
     if not any(paths):
         report.skip("empty conversation")
         return
@@ -99,7 +103,7 @@ def convert(raw: bytes, index: int, report: ImportReport) -> Iterator[Conversati
     if conv.create_time:
         metadata["created_at"] = _time(conv.create_time).isoformat()
     yield Conversation(session_id=derived_id("chatgpt", conv_id), paths=paths,
-                       metadata=metadata)
+                       metadata=metadata, branch_metadata=branch_metadata)
 
 
 def _time(value: float) -> datetime:
@@ -111,9 +115,10 @@ class _Converter:
                  report: ImportReport) -> None:
         self.conv, self.conv_id, self.index, self.report = conv, conv_id, index, report
 
-    def paths(self) -> list[list[Message]]:
+    def paths(self) -> tuple[list[list[Message]], list[dict[str, Any]]]:
         """The root-to-current_node path first, then every other root-to-leaf path
-        (depth first, children in the export's order)."""
+        (depth first, children in the export's order); and for each path the
+        metadata of its session should it become a branch (``_branch_labels``)."""
         mapping = self.conv.mapping
         roots = [k for k, n in mapping.items() if n.parent is None or n.parent not in mapping]
         # Each node's visible path is a linked list (message, parent link) so that
@@ -142,7 +147,7 @@ class _Converter:
             current = leaves[-1] if leaves else None
         ordered = [current] if current is not None else []
         ordered.extend(leaf for leaf in leaves if leaf != current)
-        return [_unlink(links[key]) for key in ordered]
+        return [_unlink(links[key]) for key in ordered], _branch_labels(mapping, ordered)
 
     def _message(self, key: str, node: _Node, pending: _Pending
                  ) -> tuple[Message | None, _Pending]:
@@ -240,17 +245,21 @@ class _Converter:
                 elif kind != "execution_output":
                     self.report.skip(f"content type {kind}")
         parts = _merge_text(parts)
-        pointers = {p.url.rsplit("/", 1)[-1] for p in parts
-                    if isinstance(p, ImagePart) and p.url}
-        for attachment in meta.get("attachments") or []:
-            if not isinstance(attachment, dict) or not attachment.get("id"):
-                continue
-            file_id = str(attachment["id"])
+        records = {str(a["id"]): a for a in meta.get("attachments") or []
+                   if isinstance(a, dict) and a.get("id")}
+        pointers: set[str] = set()
+        for i, part in enumerate(parts):
+            if isinstance(part, ImagePart) and part.url:
+                file_id = part.url.rsplit("/", 1)[-1]
+                pointers.add(file_id)
+                if file_id in records:
+                    parts[i] = _described(part, records[file_id])
+        for file_id, attachment in records.items():
             if file_id in pointers:
                 continue  # the image is in the message already
             parts.append(FilePart(url=f"file-service://{file_id}",
                                   name=str(attachment.get("name") or file_id),
-                                  mime_type=attachment.get("mimeType") or None))
+                                  mime_type=_mime(attachment)))
         return parts
 
     def _item(self, item: Any) -> Part | None:
@@ -271,6 +280,45 @@ class _Converter:
             return TextPart(text=text)
         self.report.skip(f"part type {kind}")
         return None
+
+
+def _mime(attachment: Mapping[str, Any]) -> str | None:
+    value = attachment.get("mimeType") or attachment.get("mime_type")
+    return value if isinstance(value, str) and value else None
+
+
+def _described(image: ImagePart, attachment: Mapping[str, Any]) -> ImagePart:
+    """An image pointer with what the message's record of the upload says of it:
+    its media type, and its size when the pointer gave none. (An image part has
+    no name: the record's file name is not kept.)"""
+    return msgspec.structs.replace(
+        image, mime_type=image.mime_type or _mime(attachment),
+        width=image.width or _int(attachment.get("width")),
+        height=image.height or _int(attachment.get("height")))
+
+
+def _branch_labels(mapping: Mapping[str, _Node], leaves: list[str]) -> list[dict[str, Any]]:
+    """For each leaf's path, in the order the paths are stored: ``{"branch": "k of
+    n"}`` when it leaves the paths stored before it at a node with n children by
+    the k-th (ChatGPT's "< k/n >" there), else ``{}`` (the first path).
+
+    The paths before it hold every node above that node, so the point is found
+    by walking up from the leaf to the first node already on a stored path."""
+    placed: set[str] = set()
+    labels: list[dict[str, Any]] = []
+    for leaf in leaves:
+        label: dict[str, Any] = {}
+        below: str | None = None
+        key: str | None = leaf
+        while key is not None and key in mapping and key not in placed:
+            placed.add(key)
+            below, key = key, mapping[key].parent
+        if labels and below is not None and key is not None and key in mapping:
+            children = [c for c in mapping[key].children if c in mapping]
+            if below in children and len(children) > 1:
+                label = {"branch": f"{children.index(below) + 1} of {len(children)}"}
+        labels.append(label)
+    return labels
 
 
 def _unlink(link: tuple[Message, Any] | None) -> list[Message]:
