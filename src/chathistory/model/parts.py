@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from typing import Any, TypeAlias
+from typing import Annotated, Any, TypeAlias
 
 import msgspec
 
@@ -37,6 +37,10 @@ MAX_ATTACHMENT_BYTES = 50 * 1024 * 1024
 _json_decoder = msgspec.json.Decoder()
 
 
+def _about(description: str) -> msgspec.Meta:
+    return msgspec.Meta(description=description)
+
+
 def new_id() -> str:
     """A new random UUID (version 4) as a string."""
     return str(uuid.uuid4())
@@ -57,14 +61,16 @@ class Attachment(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, 
     """
 
     id: str = msgspec.field(default_factory=new_id)
-    name: str = ""
-    size: int = -1
-    modality: str = ""
-    mime_type: str = ""
-    sha256: str = ""
-    width: int | None = None
-    height: int | None = None
-    data: bytes | None = None
+    name: Annotated[str, _about("file name (default: from the digest)")] = ""
+    size: Annotated[int, _about("bytes (derived from data)")] = -1
+    modality: Annotated[str, _about("image, audio, video or document (derived from "
+                                    "mime_type)")] = ""
+    mime_type: Annotated[str, _about("media type (sniffed from data)")] = ""
+    sha256: Annotated[str, _about("hex digest of the bytes (derived from data); "
+                                  "without data it names stored bytes")] = ""
+    width: Annotated[int | None, _about("an image's width (derived from data)")] = None
+    height: Annotated[int | None, _about("an image's height (derived from data)")] = None
+    data: Annotated[bytes | None, _about("the bytes, base64 in JSON")] = None
 
     def __post_init__(self) -> None:
         if self.data is not None or not self.modality or not self.name:
