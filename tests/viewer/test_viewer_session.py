@@ -203,6 +203,19 @@ def test_a_linked_message_is_loaded_back_to(open_page: Any, sessions: Sessions) 
                target, timeout=WAIT)
 
 
+def test_an_untitled_session_is_named_by_its_opening_line(open_page: Any, site: Any) -> None:
+    """Its first page is not read (it opens at the newest), yet its heading is
+    still its opening user message."""
+    site.store.create_session("untitled", tenant="acme")
+    site.store.append("untitled", [Message.user("What is the capital of France?")] + [
+        Message.assistant(f"Reply {i}") for i in range(260)], tenant="acme")
+    view = open_page()
+    page = view.open("#/s/untitled")
+    count_is(page, 200)
+    wait_until(page, "() => document.querySelector('h1.page-title').textContent"
+               " === 'What is the capital of France?'", timeout=WAIT)
+
+
 # ---------------------------------------------------------------- long messages
 
 

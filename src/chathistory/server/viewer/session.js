@@ -110,8 +110,32 @@ export class SessionView {
       await this.focus(focusId);
       return;
     }
-    const last = this.timeline.lastElementChild;
-    if (last) last.scrollIntoView({ block: "end" });
+    this.stickToNewest();
+  }
+
+  // the newest message stays at the bottom of the view while what is above it
+  // settles (images, the window's marks), until the reader scrolls or clicks
+  stickToNewest() {
+    const toEnd = () => this.timeline.lastElementChild?.scrollIntoView({ block: "end" });
+    toEnd();
+    const watch = new ResizeObserver(() => {
+      if (this.gen === nav.generation) toEnd();
+      else stop();
+    });
+    const events = ["wheel", "touchstart", "keydown", "mousedown"];
+    const stop = () => {
+      watch.disconnect();
+      for (const name of events) window.removeEventListener(name, stop, true);
+      window.removeEventListener("scroll", moved);
+    };
+    // a scroll of the reader's own (a scroll bar dragged) leaves the newest message
+    const moved = () => {
+      const last = this.timeline.lastElementChild;
+      if (!last || last.getBoundingClientRect().bottom > window.innerHeight + 48) stop();
+    };
+    for (const name of events) window.addEventListener(name, stop, { capture: true, passive: true });
+    window.addEventListener("scroll", moved, { passive: true });
+    watch.observe(this.timeline);
   }
 
   updateButtons() {
