@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,3 +54,19 @@ def store_url(tmp_path: Path) -> str:
 @pytest.fixture
 def other_store_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'other.db'}"
+
+
+@pytest.fixture
+def keyed_server(tmp_path: Path) -> Iterator[Any]:
+    """A live server over SQLite that requires keys, with keys of tenants A and B
+    (``serverkit.Served``; skipped without the server extra)."""
+    pytest.importorskip("uvicorn")
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "server"))
+    from serverkit import serve
+
+    server = serve("sqlite", tmp_path)
+    try:
+        yield server
+    finally:
+        server.server.stop()
+        server.store.close()

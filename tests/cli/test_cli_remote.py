@@ -5,7 +5,6 @@ server says which tenant (its key's) it wrote to."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,26 +13,15 @@ from conftest import FIXTURES, Run
 
 pytest.importorskip("uvicorn")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "server"))
-from serverkit import Served, serve
+from serverkit import Served
 
 from chathistory.stores.remote import RemoteError, RemoteStore
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
-    """A server over SQLite with keys of tenants A and B (keys required)."""
-    server = serve("sqlite", tmp_path)
-    try:
-        yield server
-    finally:
-        server.server.stop()
-        server.store.close()
-
-
-def test_a_401_without_a_key_names_chathistory_api_key(served: Served,
+def test_a_401_without_a_key_names_chathistory_api_key(keyed_server: Served,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CHATHISTORY_API_KEY", raising=False)
-    store = RemoteStore(served.url, retries=0)
+    store = RemoteStore(keyed_server.url, retries=0)
     try:
         with pytest.raises(RemoteError) as refused:
             store.list_sessions()
@@ -45,26 +33,26 @@ def test_a_401_without_a_key_names_chathistory_api_key(served: Served,
     assert "chathistory keys create TENANT" in str(refused.value)
 
 
-def test_a_401_for_a_refused_key_says_where_it_came_from(served: Served, cli: Run,
+def test_a_401_for_a_refused_key_says_where_it_came_from(keyed_server: Served, cli: Run,
                                                          monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
     monkeypatch.setenv("CHATHISTORY_API_KEY", "chk_0123456789abcdef_" + "x" * 40)
-    result = cli("sessions", "--store", served.url)
+    result = cli("sessions", "--store", keyed_server.url)
     assert result.code == 2
     assert result.err.startswith("chathistory sessions: 401 unauthorized: unknown or revoked")
     assert "does not accept the API key this client sent (from CHATHISTORY_API_KEY" \
         in result.err
     monkeypatch.delenv("CHATHISTORY_API_KEY")
-    missing = cli("sessions", "--store", served.url)
+    missing = cli("sessions", "--store", keyed_server.url)
     assert missing.code == 2 and "set CHATHISTORY_API_KEY" in missing.err
 
 
-def test_import_through_a_server_says_its_keys_tenant(served: Served, cli: Run,
+def test_import_through_a_server_says_its_keys_tenant(keyed_server: Served, cli: Run,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CHATHISTORY_API_KEY", served.keys["B"])
-    result = cli("import", FIXTURES / "openai_tools.jsonl", "--store", served.url)
+    monkeypatch.setenv("CHATHISTORY_API_KEY", keyed_server.keys["B"])
+    result = cli("import", FIXTURES / "openai_tools.jsonl", "--store", keyed_server.url)
     assert result.code == 0, result.err
     assert "(openai) into tenant 'B': 4 conversations read; 3 sessions" in result.out
     assert result.err == ""  # its key sees what it wrote
-    assert len(served.store.list_sessions(tenant="B").items) == 3
-    assert served.store.list_sessions(tenant="A").items == []
+    assert len(keyed_server.store.list_sessions(tenant="B").items) == 3
+    assert keyed_server.store.list_sessions(tenant="A").items == []

@@ -8,10 +8,12 @@ only; the first key created ends that open mode for every server on the store.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
 from ..stores.model import DEFAULT_TENANT
 from ..stores.protocol import Store
+from ..stores.sessions import Sessions, count_listed
 from ._common import redact
 
 __all__ = ["DEFAULT_TENANT", "command", "count_sessions", "key_tenants", "note"]
@@ -31,15 +33,11 @@ def command(args: argparse.Namespace, words: str) -> str:
 
 
 def count_sessions(store: Store, tenant: str) -> int:
-    """The sessions ``tenant`` holds (forks included, expired ones not)."""
-    count = 0
-    cursor: str | None = None
-    while True:
-        page = store.list_sessions(tenant=tenant, limit=1000, cursor=cursor)
-        count += len(page.items)
-        cursor = page.next_cursor
-        if cursor is None:
-            return count
+    """The sessions ``tenant`` holds (forks included, expired ones not): one count of
+    the database for a store engine."""
+    if isinstance(store, Sessions):
+        return store.count_sessions(tenant=tenant)
+    return count_listed(functools.partial(store.list_sessions, tenant=tenant))
 
 
 def key_tenants(store: Store) -> set[str]:

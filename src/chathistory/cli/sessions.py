@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
+from ..importers import TenantArg
+from ..stores.browse import Browse
 from ..stores.model import Session
+from ..stores.protocol import Store
+from ..titles import metadata_title, session_title
 from ._common import (
     add_command,
     add_store_option,
@@ -45,7 +50,7 @@ def register(commands: Any) -> None:
                         help="only sessions whose id, metadata or messages contain TEXT "
                              "(ASCII letters case-insensitive)")
     parser.add_argument("--json", action="store_true",
-                        help='print {"items": [session...], "next_cursor": ...}')
+                        help='print {"items": [session... with "title"], "next_cursor": ...}')
     add_store_option(parser)
     add_tenant_option(parser)
     parser.set_defaults(run=run)
@@ -65,14 +70,28 @@ def parse_metadata(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def title_of(session: Session) -> str:
-    """What to call a session: its title, else its source id."""
-    meta = session.metadata
-    for key in ("title", "name", "source_id"):
-        value = meta.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return ""
+_FIRST_USER_ROWS = 32
+"""For a store that is not an engine (an http(s) store): how many of a session's
+first messages are read to find its first user message."""
+
+
+def titles_of(store: Store, sessions: Sequence[Session], tenant: TenantArg
+              ) -> dict[str, str]:
+    """Session id -> what to call it, by the viewer's rule (``chathistory.titles``):
+    its metadata title, else its first user message as plain text; "" for neither.
+    A store engine finds the first user messages of the whole page in one read."""
+    untitled = [s for s in sessions if metadata_title(s.metadata) is None]
+    if isinstance(store, Browse):
+        firsts = store.first_user_messages(untitled)
+    else:
+        firsts = {}
+        for s in untitled:
+            head = store.range(s.id, 0, min(s.message_count, _FIRST_USER_ROWS), **tenant)
+            first = next((m for m in head if m.role == "user"), None)
+            if first is not None:
+                firsts[s.id] = first
+    return {s.id: session_title(s.metadata, firsts[s.id].text if s.id in firsts else None)
+            or "" for s in sessions}
 
 
 def _when(value: datetime) -> str:
@@ -86,23 +105,27 @@ def run(args: argparse.Namespace) -> int:
     metadata = parse_metadata(args.metadata)
     store = open_cli_store(args)
     items: list[Session] = []
+    titles: dict[str, str] = {}
     cursor: str | None = args.cursor
+    tenant = tenant_kwargs(args)
     try:
         while True:
             page = store.list_sessions(user=args.user, metadata=metadata or None,
                                        limit=args.limit, cursor=cursor,
                                        order="recent" if args.recent else "created",
-                                       query=args.search or None, **tenant_kwargs(args))
+                                       query=args.search or None, **tenant)
             items.extend(page.items)
+            titles.update(titles_of(store, page.items, tenant))
             cursor = page.next_cursor
             if not args.all or cursor is None:
                 break
     finally:
         store.close()
     if args.json:
-        print_json({"items": [s.to_dict() for s in items], "next_cursor": cursor})
+        print_json({"items": [{**s.to_dict(), "title": titles[s.id] or None} for s in items],
+                    "next_cursor": cursor})
         return 0
-    rows = [[s.id, title_of(s), number(s.message_count), number(s.token_count),
+    rows = [[s.id, titles[s.id], number(s.message_count), number(s.token_count),
              _when(s.updated_at), s.parent_id or ""] for s in items]
     caption = f"{number(len(items))} sessions"
     if cursor is not None:

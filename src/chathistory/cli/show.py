@@ -31,7 +31,7 @@ from ._common import (
     tenant_kwargs,
 )
 from ._output import console_for, number, print_json
-from .sessions import title_of
+from .sessions import titles_of
 
 HELP = "show a session: its messages, token counts and the context window"
 EPILOG = """\
@@ -62,7 +62,7 @@ def register(commands: Any) -> None:
     parser.add_argument("--brief", action="store_true",
                         help="one line per message (content cut to the terminal width)")
     parser.add_argument("--json", action="store_true",
-                        help='print {"session", "messages" (with "position", "tokens", '
+                        help='print {"session", "title", "messages" (with "position", "tokens", '
                              '"in_window"), "window"}')
     add_store_option(parser)
     add_tenant_option(parser)
@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     store = open_cli_store(args)
     try:
         session = store.get_session(args.session, **tenant)
+        title = titles_of(store, [session], tenant)[session.id]
         n = session.message_count
         start = 0 if args.tail is None else max(0, n - args.tail)
         messages = store.range(session.id, start, **tenant)
@@ -93,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({
             "session": session.to_dict(),
+            "title": title or None,
             "counter": counter.name,
             "messages": [{**m.to_dict(), "position": first + i, "tokens": t,
                           "in_window": None if window_ids is None else m.id in window_ids}
@@ -103,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = sys.stdout
     console = console_for(out)
-    for line in _header(session, counter, len(messages), first):
+    for line in _header(session, title, counter, len(messages), first):
         _emit(console, out, line, "bold")
     for i, (m, t) in enumerate(zip(messages, tokens, strict=True)):
         mark = ">" if window_ids is not None and m.id in window_ids else " "
@@ -168,8 +170,8 @@ def render_part(part: Part) -> str:
     return f"[{type(part).__name__}]"
 
 
-def _header(session: Session, counter: TokenCounter, shown: int, first: int) -> list[str]:
-    title = title_of(session)
+def _header(session: Session, title: str, counter: TokenCounter, shown: int,
+            first: int) -> list[str]:
     lines = [f"session {session.id}" + (f" - {title}" if title else "")]
     facts = [f"{number(session.message_count)} messages",
              f"{number(session.token_count)} tokens ({counter.name if counter else ''})"]
