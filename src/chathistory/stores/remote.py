@@ -573,7 +573,8 @@ def _key_hint(response: httpx.Response) -> str:
             "(a key sees only its tenant's sessions)")
     if sent:
         return (". The server does not accept the API key this client sent (from "
-                f"CHATHISTORY_API_KEY, api_key= or tenant_keys=): revoked, or of another store; {make}")
+                "CHATHISTORY_API_KEY, api_key= or tenant_keys=): revoked, or of another "
+                f"store; {make}")
     return (". This client sent no API key: set CHATHISTORY_API_KEY to a key of this "
             f"server (or pass api_key= to RemoteStore); {make}")
 
