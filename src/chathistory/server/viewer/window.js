@@ -170,7 +170,7 @@ export class WindowPanel {
       ...fact("seen", `${plural(w.segments.length, "message")}, ${fmt(w.used)} tokens`),
       ...fact("window size", `${fmt(w.max_tokens)} tokens`
         + (w.low_water_tokens ? `, trimmed back to ${fmt(w.low_water_tokens)} when full` : "")),
-      ...fact("always kept", `the first ${plural(w.pinned.size, "message")}`),
+      ...fact("always kept", `${plural(w.pinned.size, "message")} at its start`),
       ...(w.lastTurn ? [
         ...fact("kept from the turn before", `${fmt(w.lastTurn.reused_prefix_tokens)} tokens`),
         ...fact("new this turn", `${fmt(w.lastTurn.new_tokens)} tokens`),
