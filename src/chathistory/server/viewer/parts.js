@@ -196,7 +196,7 @@ function missingImage(part) {
   const facts = [part.width && part.height ? `${part.width}×${part.height}` : null, part.mime_type, url || null]
     .filter(Boolean).join(" · ");
   const figure = h("figure", "image missing",
-    h("div", "image-missing-box", h("span", "image-icon", "🖼"), h("span", "image-label", "Image"),
+    h("div", "image-missing-box", h("span", "image-icon"), h("span", "image-label", "Image"),
       h("span", "muted", ` (${why})`)),
     facts ? h("figcaption", null, facts) : null);
   figure.title = url;
