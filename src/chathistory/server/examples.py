@@ -1,9 +1,10 @@
 """Request and response examples for the OpenAPI document (``openapi.py`` puts them
 on each operation; ``/docs`` shows them and pre-fills "Try it out" with them).
 
-One story, docs/api.md's: tenant ``acme`` keeps a conversation ``demo`` (a turn, a
-tool call and its result, an image), reads it back, plans a window, forks it,
-edits it, moves files and sessions in and out, and deletes what it made. The
+One story, much as docs/api.md's curl examples tell it: tenant ``acme`` keeps a
+conversation ``demo`` (a turn, a tool call and its result, an image), reads it back,
+forks it, edits it, plans a window, moves files and sessions in and out, and deletes
+what it made; a few requests on the way are refused (the error examples). The
 examples are in the order they make sense in: ``tests/server/test_openapi_examples.py``
 sends each request, in this order, to a live server and checks that the answer
 holds the example's status and fields (times, request ids and the ids the server
@@ -13,13 +14,13 @@ API does.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["EXAMPLES", "Example", "for_operation"]
 
-# the secret and key id are made up: a key is made by `chathistory keys create`
 _AT = "2026-01-05T09:30:00.000000Z"
 _SHA_NOTES = "3a2d855bc8566b54a6251d194fd3c08130b8858c0d6338a5c1f5631eae4eafd5"
 _SHA_TOMATO = "76e51c9e2fd0d3e8e7bad923bd5ff30cef1107491665882a6d6d9447ea6e6095"
@@ -50,7 +51,7 @@ class Example:
     @property
     def name(self) -> str:
         """A key for the OpenAPI ``examples`` maps: the summary's words joined."""
-        return "_".join(self.summary.lower().replace(",", "").split()[:6])
+        return "_".join(re.findall(r"[a-z0-9]+", self.summary.lower())[:6])
 
 
 def _text(text: str) -> dict[str, Any]:
@@ -63,6 +64,11 @@ def _message(id: str, role: str, *parts: dict[str, Any], tokens: int | None = No
     if tokens is not None:
         out.update(created_at=_AT, **more, token_counts={"o200k_base": tokens})
     return out
+
+
+def _error(type: str, message: str, path: str | None = None) -> dict[str, Any]:
+    detail = {"type": type, "message": message, "request_id": "d3b07384d113edec0000000000000042"}
+    return {"error": {**detail, "path": path} if path else detail}
 
 
 def _session(id: str, **fields: Any) -> dict[str, Any]:
@@ -116,9 +122,21 @@ EXAMPLES: list[Example] = [
             body={"metadata": {"title": "Trip to Paris", "starred": True}},
             response=_session("demo", version=1,
                               metadata={"title": "Trip to Paris", "starred": True})),
+    Example("PATCH", SESSION, "If-Match a version the session has moved past",
+            params={**_DEMO, "If-Match": '"0"'}, body={"state": {"step": 2}}, status=412,
+            response=_error("precondition_failed", "session 'demo' is at version 1, not 0")),
+    Example("POST", "/v1/sessions", "An id that is taken", body={"id": "demo"}, status=409,
+            response=_error("conflict", "session 'demo' exists")),
     # ------------------------------------------------------------ messages
-    Example("POST", MESSAGES, "A turn, each message with its id (a retry stores nothing)",
+    Example("POST", MESSAGES, "A turn, each message with its id",
             params=_DEMO, body={"messages": _TURN}, response={"version": 2}),
+    Example("POST", MESSAGES, "The same again, as a retry: nothing stored, same version",
+            params=_DEMO, body={"messages": _TURN}, response={"version": 2}),
+    Example("POST", MESSAGES, "A part of a type that does not exist",
+            params=_DEMO,
+            body={"messages": [_message("m3", "user", {"type": "txt", "text": "hi"})]},
+            status=422, response=_error("invalid_message", "Invalid value 'txt'",
+                                        "$.messages[0].parts[0].type")),
     Example("POST", MESSAGES, "A tool call and its result",
             params=_DEMO, body={"messages": _TOOL_TURN}, response={"version": 3}),
     Example("GET", MESSAGES, "The newest messages, whole tool-call groups",
@@ -133,6 +151,10 @@ EXAMPLES: list[Example] = [
                                    _message("m5", "tool", _RESULT, tokens=11),
                                    _message("m6", "assistant", _text("18 C and sunny."),
                                             tokens=9)]}),
+    Example("GET", MESSAGES, "Two selectors at once",
+            params={**_DEMO, "tail": "2", "max_tokens": "40"}, status=400,
+            response=_error("bad_request", "give exactly one selector: tail=N, max_tokens=N, "
+                            "or start=I[&stop=J]")),
     Example("GET", MESSAGES, "Positions 0 to 2 in OpenAI Chat Completions' shape",
             params={**_DEMO, "start": "0", "stop": "2", "format": "openai_chat"},
             response={"messages": [{"role": "user", "content": "What is the capital of France?"},
@@ -162,6 +184,9 @@ EXAMPLES: list[Example] = [
     Example("GET", SESSION, "A session", params=_DEMO,
             response=_session("demo", version=4, message_count=8, token_count=332,
                               metadata={"title": "Trip to Paris", "starred": True})),
+    Example("GET", SESSION, "No such session (or another tenant's)",
+            params={"session_id": "nope"}, status=404,
+            response=_error("not_found", "no session 'nope'")),
     # ------------------------------------------------------------ branches
     Example("POST", SESSION + "/fork", "A fork after the second message",
             params=_DEMO, body={"at_message_id": "m2", "new_session_id": "demo-rome"},

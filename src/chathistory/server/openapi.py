@@ -121,15 +121,18 @@ def document(routes: Sequence[Endpoint]) -> dict[str, Any]:
         for status, kind in route.responses.items():
             entry: dict[str, Any] = {"description": "OK" if status < 300 else str(status)}
             if kind is not None:
-                answered = [e for e in examples if e.status == status and e.response is not None]
-                entry["content"] = _with_examples(_content(kind, schemas), answered,
-                                                  [e.response for e in answered])
+                entry["content"] = _content(kind, schemas)
             responses[str(status)] = entry
         if not route.public:
             for code, text in _ERRORS.items():
                 responses.setdefault(code, {
                     "description": text,
                     "content": {"application/json": {"schema": schemas[ErrorBody]}}})
+        for code, entry in responses.items():
+            answered = [e for e in examples if str(e.status) == code and e.response is not None]
+            if "content" in entry:
+                entry["content"] = _with_examples(entry["content"], answered,
+                                                  [e.response for e in answered])
         operation: dict[str, Any] = {
             "operationId": route.handler.__name__,
             "summary": route.summary,
