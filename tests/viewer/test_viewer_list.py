@@ -164,6 +164,7 @@ def test_key_dialog_says_how_to_get_a_key(open_page: Any, tenants: Any) -> None:
     assert "chathistory keys create TENANT" in text
     assert "A key sees only its own tenant's sessions" in text
     assert "This server needs an API key." in text
+    view.shot("viewer-list-key-desktop", full_page=False)
     page.fill("#key-input", tenants.key("acme"))
     page.click("#key-save")
     listed(page, 6)
