@@ -325,6 +325,9 @@ def test_id_prefix_makes_a_retry_store_nothing_twice(served: Served, a: httpx.Cl
     ("gemini", {"messages": [{"role": "user", "parts": [{"text": "hi"}]}]},
      "$.messages", ("`contents`", "`system_instruction`")),
     ("openai_chat", {"messages": [], "id_prefix": "a/b"}, "$.id_prefix", ("'/'",)),
+    ("openai_chat", {"messages": [{"role": "user",
+                                   "content": [{"type": "text", "text": "t"}] * 1001}]},
+     "$.messages", ("1001 parts", "1000")),
     ("openai_chat", {"messages": [{"role": "tool", "tool_call_id": "none", "content": "x"}],
                      "reject_orphans": True}, "$.messages", ("'none'", "$[0]")),
 ])

@@ -190,6 +190,11 @@ async def _provider_messages(ctx: Context, fmt: str
     if len(messages) > MAX_MESSAGES_PER_APPEND:
         raise InvalidMessage(f"the {key} convert to {len(messages)} messages; the limit of "
                              f"an append is {MAX_MESSAGES_PER_APPEND}", f"$.{key}")
+    for k, message in enumerate(messages):
+        if len(message.parts) > MAX_PARTS_PER_MESSAGE:
+            raise InvalidMessage(f"message {k} of the {len(messages)} the {key} convert to "
+                                 f"has {len(message.parts)} parts; the limit is "
+                                 f"{MAX_PARTS_PER_MESSAGE}", f"$.{key}")
     if body.id_prefix is not None:
         for k, message in enumerate(messages):
             message.id = f"{body.id_prefix}-{k}"
