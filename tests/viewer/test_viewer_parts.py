@@ -98,10 +98,19 @@ def chatgpt_export() -> list[dict[str, Any]]:
         "r1": node("r1", "c1", [], "assistant", text("Red")),
         "r2": node("r2", "c1", [], "assistant", text("Teal")),
     }
+    edited = {  # the first prompt edited: the two paths share no message
+        "root": node("root", None, ["e1", "e2"]),
+        "e1": node("e1", "root", ["f1"], "user", text("Frist try")),
+        "f1": node("f1", "e1", [], "assistant", text("Did you mean first?")),
+        "e2": node("e2", "root", ["f2"], "user", text("First try")),
+        "f2": node("f2", "e2", [], "assistant", text("Hello.")),
+    }
     return [{"title": "Numpy sums", "conversation_id": "numpy", "mapping": resize,
              "current_node": "a3"},
             {"title": "Colours", "conversation_id": "colours", "mapping": colours,
-             "current_node": "r2"}]
+             "current_node": "r2"},
+            {"title": "Edited", "conversation_id": "edited", "mapping": edited,
+             "current_node": "f2"}]
 
 
 class Served:
@@ -490,6 +499,19 @@ def test_switcher_numbers_alternatives_as_the_export_does(view: Any, served: Ser
     assert switch.locator("a.branch-step").get_attribute("href") == f"#/s/{red}"
     assert switch.locator("a.branch-step").get_attribute("aria-label") == \
         "previous: alternative 1 of 2"
+
+
+def test_a_branch_sharing_no_message_links_to_its_main_session(
+        view: Any, served: Served) -> None:
+    main = served.session_by("Edited", "Hello.")
+    typo = served.session_by("Edited", "Did you mean first?")
+    v = view()
+    page = v.open(f"#/s/{typo}")
+    note = page.locator(".branches .branch-of")
+    note.wait_for(timeout=WAIT)
+    assert note.inner_text() == \
+        "Alternative 1 of 2 at the first message, beside the main session (they share no message)."
+    assert note.locator("a").get_attribute("href") == f"#/s/{main}"
 
 
 def test_titles_strip_markdown_on_the_page_and_in_branch_labels(view: Any) -> None:

@@ -135,6 +135,16 @@ export function branchSwitcher(session, lineage) {
 
 export function branchPanel(session, lineage) {
   const panel = h("section", "panel branches", h("h2", null, "Branches"));
+  const branchOf = session.metadata?.branch_of;
+  if ((!Array.isArray(lineage) || lineage.length <= 1) && typeof branchOf === "string" && branchOf !== session.id) {
+    // an import's branch that shares no message with the session it branches
+    // off (ChatGPT: the first prompt edited), so it is not a fork of it
+    const number = BRANCH_NUMBER.exec(String(session.metadata.branch ?? ""));
+    panel.append(h("p", "branch-of",
+      number ? `Alternative ${number[1]} of ${number[2]} at the first message, beside ` : "A branch of ",
+      anchor(`#/s/${enc(branchOf)}`, null, "the main session"), " (they share no message)."));
+    return panel;
+  }
   if (!Array.isArray(lineage) || lineage.length <= 1) {
     panel.classList.add("empty");
     panel.append(h("p", "muted", "No other branches. A fork or an edited message makes one."));
