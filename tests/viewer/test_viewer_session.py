@@ -163,7 +163,7 @@ def test_opens_at_the_newest_then_loads_earlier(open_page: Any, site: Any,
     assert late.locator(".call-state").inner_text() == "done"
     assert page.locator("details.tool-call[data-call-id='call_late_b'] .call-state")\
         .inner_text() == "done"
-    assert page.locator(".tool-result.orphan").count() == 0
+    assert page.locator(".tool-call.orphan").count() == 0
 
     # "Load earlier" prepends the page before, keeping what was in view in place
     page.evaluate("scrollTo(0, 0)")
@@ -187,7 +187,7 @@ def test_opens_at_the_newest_then_loads_earlier(open_page: Any, site: Any,
     assert seqs == [f"#{i}" for i in range(450)]
     texts = page.locator(".timeline > li.msg").all_inner_texts()
     assert all(f"Message {i}:" in texts[i] for i in range(450) if i not in (47, 48, 249, 250))
-    assert page.locator(".tool-result.orphan").count() == 0
+    assert page.locator(".tool-call.orphan").count() == 0
     assert page.locator(".tool-result-ref").count() == 4  # each result points to its call
 
 
