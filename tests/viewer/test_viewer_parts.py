@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -23,9 +24,10 @@ from chathistory.importers import import_file
 from chathistory.server.app import create_app
 from chathistory.stores.sqlite import SQLiteStore
 from chathistory.titles import plain_preview
-from conftest import SCREENSHOTS
 
 WAIT = 10_000  # ms: a wait on a loaded machine, not a timing assertion
+# where conftest.py puts screenshots (not imported: tests/cli has a conftest too)
+SCREENSHOTS = Path(os.environ.get("CHATHISTORY_SCREENSHOTS", Path(__file__).parent / "screenshots"))
 
 PYTHON = "def area(width, height):\n    return width * height  # in pixels\n"
 TABLE = """| Phase | What happens |
