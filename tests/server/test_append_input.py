@@ -130,6 +130,20 @@ def test_an_image_parts_own_dimensions_are_checked_too(served_sqlite: Served) ->
         _refused(a, sid, {"messages": [message]}, "$.messages[0].parts[1].width", "width is 400")
 
 
+def test_an_edit_is_checked_against_its_bytes_as_an_append_is(served_sqlite: Served) -> None:
+    with served_sqlite.client("A") as a:
+        sid = served_sqlite.new_session(a)
+        first = Message.user("hi").to_dict()
+        assert _append(a, sid, {"messages": [first]}).status_code == 200
+        message = _image_message({"name": "p.png", "mime_type": "image/png", "data": B64,
+                                  "width": 401})
+        edit = a.post(f"/v1/sessions/{sid}/edit",
+                      json={"message_id": first["id"], "message": message})
+        assert edit.status_code == 422, edit.text
+        assert edit.json()["error"]["path"] == "$.message.parts[1].attachment.width"
+        assert len(a.get(f"/v1/sessions/{sid}/lineage").json()) == 1  # no branch made
+
+
 def test_a_reference_without_what_cannot_be_derived_is_refused(served_sqlite: Served) -> None:
     with served_sqlite.client("A") as a:
         sid = served_sqlite.new_session(a)

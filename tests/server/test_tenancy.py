@@ -82,6 +82,8 @@ def _b_request(route_method: str, route_path: str, world: dict[str, Any]
         kwargs["json"] = body
     if route_path.endswith(("/messages", "/context")) and route_method == "GET":
         kwargs["params"] = {"tail": 5}
+    if route_path.endswith("/window") and route_method == "GET":  # the preview: a valid query
+        kwargs["params"] = {"max_tokens": 1000}
     return path, kwargs
 
 

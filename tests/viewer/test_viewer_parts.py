@@ -488,6 +488,19 @@ def test_switcher_where_branches_part(view: Any, served: Served) -> None:
     wait_until(page, "(id) => location.hash.startsWith('#/s/' + id + '?m=')", main)
 
 
+def test_the_list_tells_two_branches_of_one_title_apart(view: Any, served: Served) -> None:
+    regenerated = served.session_by("Numpy sums", "Regenerated: it is 3.")
+    v = view()
+    page = v.page
+    page.goto(f"{v.url}/#/?q=Numpy")
+    row = page.locator(f".session-row[data-session-id='{regenerated}']")
+    row.wait_for(timeout=WAIT)
+    assert row.locator(".session-title .branch-label").inner_text() == " · branch 2 of 2"
+    titles = page.locator(".session-title").evaluate_all("ts => ts.map((t) => t.textContent)")
+    numpy = [t for t in titles if t.startswith("Numpy sums")]
+    assert len(numpy) == 2 and len(set(numpy)) == 2, titles
+
+
 def test_switcher_numbers_alternatives_as_the_export_does(view: Any, served: Served) -> None:
     """The user kept ChatGPT's second answer: the main session shows 2/2, the
     first answer (the fork, metadata branch "1 of 2") 1/2."""

@@ -12,7 +12,7 @@ EXIT_CANNOT_LISTEN = 3
 """The port is in use or not permitted (uvicorn's own code for a failed start, should
 the port be taken between the check and its bind)."""
 
-HELP = "serve a store over HTTP (API under /v1, viewer at /)"
+HELP = "serve a store over HTTP (viewer at /, API under /v1, its interactive page at /docs)"
 EPILOG = """\
 Until an API key is created in the store (and without --require-keys) the
 server serves tenant 'default' without authentication: only on a loopback

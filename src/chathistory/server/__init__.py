@@ -198,7 +198,8 @@ def run(store_url: str = "sqlite:///chathistory.db", host: str = "127.0.0.1",
     _check_listenable(host, port)
     shown = f"[{host}]" if ":" in host else host
     print(f"chathistory serving {store_url} at http://{shown}:{port}/ "
-          f"(API under /v1, OpenAPI at /openapi.json)", file=out, flush=True)
+          f"(the viewer at /, the API under /v1, tried out at /docs, described at "
+          f"/openapi.json)", file=out, flush=True)
     if not keys and not require_keys:
         print("warning: no API keys: serving tenant 'default' without authentication, "
               "to loopback clients only. Create a key with `chathistory keys create "

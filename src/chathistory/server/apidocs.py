@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from .viewer import _HEADERS as VIEWER_HEADERS
+from .viewer import HEADERS as VIEWER_HEADERS
 
 __all__ = ["CSP", "apidocs_routes"]
 

@@ -8,6 +8,7 @@ from typing import Any, Literal, TypeVar
 from starlette.responses import Response
 
 from ..errors import Conflict, InvalidMessage
+from ..model.message import check_described
 from ..stores.model import Session
 from .app import Context, Endpoint, Param, call_store
 from .errors import PreconditionFailed
@@ -115,6 +116,7 @@ async def edit_session(ctx: Context) -> Response:
     body = await ctx.json(EditBody)
     body.message.token_counts = None  # counts are the server's to make
     try:
+        check_described(body.message)  # as an append's messages are checked
         session = await call_store(ctx.store.edit, ctx.param("session_id"), body.message_id,
                                    body.message, tenant=ctx.tenant)
     except InvalidMessage as exc:

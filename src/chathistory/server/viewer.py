@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-__all__ = ["CSP", "viewer_routes"]
+__all__ = ["CSP", "HEADERS", "viewer_routes"]
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
        "media-src 'self' blob:; connect-src 'self'; font-src 'self'; base-uri 'none'; "
@@ -27,7 +27,7 @@ _TYPES = {
     ".css": "text/css; charset=utf-8",
     ".svg": "image/svg+xml",
 }
-_HEADERS = {
+HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
@@ -60,7 +60,7 @@ def viewer_routes() -> list[BaseRoute]:
             return Response(b'{"error":{"type":"not_found","message":"no such file"}}',
                             404, media_type="application/json")
         data, media_type, tag = found
-        headers = {**_HEADERS, "ETag": tag}
+        headers = {**HEADERS, "ETag": tag}
         if request.headers.get("if-none-match") == tag:
             return Response(status_code=304, headers=headers)
         return Response(data, media_type=media_type, headers=headers)

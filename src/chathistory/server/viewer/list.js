@@ -131,6 +131,10 @@ export function sessionRow(session) {
     session.user ? h("span", "user", `user ${session.user}`) : null,
     session.parent_id ? h("span", "branch-flag", `fork of ${session.parent_id}`) : null,
     when(session.updated_at));
+  // an imported branch (ChatGPT's alternatives) says which one it is: the same
+  // conversation title on two cards is told apart here
+  const branch = typeof session.metadata?.branch === "string" ? session.metadata.branch.trim() : "";
+  if (branch) titleNode.append(h("span", "branch-label", ` · branch ${branch}`));
   const snippet = session.snippet ? snippetLink(session.id, session.snippet) : null;
   const link = anchor(`#/s/${enc(session.id)}`, "session-link", titleNode,
     preview && !snippet ? h("span", "session-preview", preview) : null, meta);
