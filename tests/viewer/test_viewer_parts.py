@@ -495,7 +495,7 @@ def test_the_list_tells_two_branches_of_one_title_apart(view: Any, served: Serve
     page.goto(f"{v.url}/#/?q=Numpy")
     row = page.locator(f".session-row[data-session-id='{regenerated}']")
     row.wait_for(timeout=WAIT)
-    assert row.locator(".session-title .branch-label").inner_text() == " · branch 2 of 2"
+    assert row.locator(".session-title .branch-label").inner_text() == " · branch 2 of 2 at #3"
     titles = page.locator(".session-title").evaluate_all("ts => ts.map((t) => t.textContent)")
     numpy = [t for t in titles if t.startswith("Numpy sums")]
     assert len(numpy) == 2 and len(set(numpy)) == 2, titles

@@ -134,7 +134,12 @@ export function sessionRow(session) {
   // an imported branch (ChatGPT's alternatives) says which one it is: the same
   // conversation title on two cards is told apart here
   const branch = typeof session.metadata?.branch === "string" ? session.metadata.branch.trim() : "";
-  if (branch) titleNode.append(h("span", "branch-label", ` · branch ${branch}`));
+  if (branch) {
+    // where it parts: two alternatives "2 of 2" at different messages differ here
+    const at = session.parent_id && session.fork_seq > 0 ? ` at #${session.fork_seq}`
+      : typeof session.metadata?.branch_of === "string" ? " at the first message" : "";
+    titleNode.append(h("span", "branch-label", ` · branch ${branch}${at}`));
+  }
   const snippet = session.snippet ? snippetLink(session.id, session.snippet) : null;
   const link = anchor(`#/s/${enc(session.id)}`, "session-link", titleNode,
     preview && !snippet ? h("span", "session-preview", preview) : null, meta);
