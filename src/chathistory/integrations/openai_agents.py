@@ -9,30 +9,13 @@ limit all, and ``session_settings.limit`` is the default), ``pop_item`` removes
 and returns the newest item (None when empty), ``clear_session`` removes them all.
 
 Storage: each item is one message, appended in one atomic write per
-``add_items``. The item itself is kept as given in
+``add_items`` (``chathistory.formats.responses_items``, which the service's OpenAI
+Conversations API shares): the item itself is kept as given in
 ``provider_metadata["openai_agents"]["item"]`` (that is what ``get_items``
 returns), and the message's role and parts are what
-``chathistory.formats.from_openai_responses`` decodes from it, so token counts,
-pair safety, the viewer and the other adapters see real content. Items that
-adapter does not take are mapped here:
-
-- an item with a ``call_id`` whose type ends in ``_call`` (or is ``program``) is a
-  tool call (an assistant ``ToolCall``; name: the item's ``name``, else its type;
-  arguments: its other fields), one whose type ends in ``_output`` the result of the
-  call with that ``call_id`` (a ``tool`` message; its ``output``, else its
-  ``result``, JSON unless a string). That covers every pair the SDK matches by
-  ``call_id`` (``function_call``, ``custom_tool_call``, ``computer_call``,
-  ``shell_call``, ``local_shell_call``, ``apply_patch_call``, ``tool_search_call``)
-  and programmatic tool calling: a ``program`` item is the call and the
-  ``program_output`` with its ``call_id`` the result, so the program, the tool calls
-  it made and its output form one group;
-- a ``reasoning`` item the decoder does not take (OpenAI's stored reasoning, with
-  neither summary nor encrypted content) is a reasoning part carrying the item id
-  (as its signature, so the part is not empty), which ``to_openai_responses`` sends
-  back as the same item;
-- anything else (hosted tool calls such as ``web_search_call`` or ``mcp_call``,
-  ``item_reference``, ``compaction``, ...) is a message of the item's role
-  (``assistant`` if it has none) whose text is the item as JSON.
+``chathistory.formats.from_openai_responses`` decodes from it (items that adapter
+does not take are mapped as ``responses_items`` says), so token counts, pair
+safety, the viewer and the other adapters see real content.
 
 Differences from ``SQLiteSession``, the first two from chathistory's pair-safety
 rule, on purpose:
@@ -56,13 +39,12 @@ another adapter) are returned as ``to_openai_responses`` encodes them
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Mapping
 from typing import Any, cast
 
 from ..errors import InvalidMessage, MissingDependency, NotFound
-from ..formats import from_openai_responses, to_openai_responses
-from ..model import Message, Part, Reasoning, TextPart, ToolCall, ToolResult, new_id
+from ..formats.responses_items import ITEM_KEY, item_of, message_of
+from ..model import Message
 from ..stores.aio import AsyncStoreAdapter
 from ..stores.base import Store
 from ..stores.model import DEFAULT_TENANT
@@ -77,63 +59,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the missing-extra 
 
 __all__ = ["ChatHistorySession", "item_of", "message_of"]
 
-NS = "openai_agents"
-_CALL_FIELDS = frozenset({"type", "call_id", "id", "status", "name"})
-_RESULT_FIELDS = ("output", "result")  # result: a program_output's
-
-
-def message_of(item: Mapping[str, Any]) -> Message:
-    """The message that stores one Responses input item (a new id every time: the
-    SDK may add equal items twice, and each is an item of its own)."""
-    try:
-        # the copy SQLiteSession makes (json.loads(json.dumps(item))), strict JSON only
-        text = json.dumps(item, ensure_ascii=False, allow_nan=False)
-        text.encode()  # a lone surrogate: no UTF-8, so no store can keep it
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidMessage(f"an item must be JSON: {exc}", "$") from None
-    raw = json.loads(text)
-    if not isinstance(raw, dict):
-        raise InvalidMessage(f"an item must be an object, not {type(item).__name__}", "$")
-    try:
-        decoded = from_openai_responses([raw])
-    except InvalidMessage:
-        decoded = []
-    role, parts = (decoded[0].role, decoded[0].parts) if len(decoded) == 1 else _mapped(raw)
-    meta = decoded[0].provider_metadata if len(decoded) == 1 else {}
-    return Message(id=new_id(), role=role, parts=parts,
-                   provider_metadata={**meta, NS: {"item": raw}}).validate()
-
-
-def _mapped(item: dict[str, Any]) -> tuple[str, list[Part]]:
-    """Role and parts for an item ``from_openai_responses`` does not take."""
-    kind = item.get("type")
-    call_id = item.get("call_id")
-    if isinstance(kind, str) and isinstance(call_id, str) and call_id:
-        if kind.endswith("_output"):
-            output = next((item[k] for k in _RESULT_FIELDS if k in item),
-                          {k: v for k, v in item.items() if k not in _CALL_FIELDS})
-            text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
-            return "tool", [ToolResult(call_id=call_id, content=text)]
-        if kind.endswith("_call") or kind == "program":
-            name = item.get("name") if isinstance(item.get("name"), str) else None
-            args = {k: v for k, v in item.items() if k not in _CALL_FIELDS}
-            return "assistant", [ToolCall(id=call_id, name=name or kind, arguments=args)]
-    item_id = item.get("id")
-    if kind == "reasoning" and isinstance(item_id, str) and item_id:
-        return "assistant", [Reasoning(signature=item_id,
-                                       provider_metadata={"openai_responses": {"id": item_id}})]
-    role = item.get("role")
-    text = json.dumps(item, ensure_ascii=False, separators=(",", ":"))
-    return (role if isinstance(role, str) and role else "assistant"), [TextPart(text=text)]
-
-
-def item_of(message: Message) -> list[dict[str, Any]]:
-    """The item(s) a stored message stands for: the one it was added as, or, for
-    a message another writer added, its Responses encoding."""
-    kept = message.provider_metadata.get(NS)
-    if isinstance(kept, dict) and isinstance(kept.get("item"), dict):
-        return [kept["item"]]
-    return to_openai_responses([message])
+NS = ITEM_KEY
 
 
 class ChatHistorySession:
