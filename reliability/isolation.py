@@ -163,6 +163,7 @@ BODIES: dict[tuple[str, str], Callable[[Data], dict[str, Any]]] = {
         {"messages": [_msg("b's words")]}),
     ("GET", "/v1/sessions/{session_id}/messages"): lambda d: {"params": {"tail": 5}},
     ("GET", "/v1/sessions/{session_id}/context"): lambda d: {"params": {"tail": 5, "head": 1}},
+    ("GET", "/v1/sessions/{session_id}/window"): lambda d: {"params": {"max_tokens": 1000}},
     ("POST", "/v1/sessions/{session_id}/mark"): lambda d: _json(
         {"ids": d.message_ids[:2], "status": 0}),
     ("POST", "/v1/sessions/{session_id}/reduce"): lambda d: _json(
