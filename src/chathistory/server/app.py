@@ -44,14 +44,17 @@ from .metrics import Metrics
 from .wire import JSON_TYPE, json_body
 from .work import StoreHealth, Work, current_tenant, start_processes, store_call
 
-__all__ = ["App", "Context", "DirectRoutes", "Endpoint", "Limits", "Param", "Service", "call_store",
-           "create_app", "direct_routes", "route_without_starlette"]
+__all__ = ["OPENAI_PREFIX", "App", "Context", "DirectRoutes", "Endpoint", "ErrorStyle", "Limits",
+           "Param", "Service", "call_store", "create_app", "direct_routes",
+           "route_without_starlette"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 DEFAULT_TENANT = "default"
 SWITCH_INTERVAL = 0.001
 """``sys.setswitchinterval`` while serving (seconds)."""
+OPENAI_PREFIX = "/openai/v1"
+"""Where the OpenAI Conversations API is served by default (``server.conversations``)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,10 @@ class Service:
         self.health = StoreHealth(recover=getattr(store, "recover", None),
                                   where=str(getattr(store, "path", "") or ""))
         self._keys_checked = 0.0
+        self.endpoints: list[Endpoint] = []
+        """Every route the app serves (``create_app`` sets it; the OpenAPI document)."""
+        self.openapi: bytes | None = None
+        """The OpenAPI document of ``endpoints``, made on its first request."""
 
     async def open_mode(self) -> bool:
         """True while no key exists (and none is required): requests without a key
@@ -166,6 +173,15 @@ class Param:
 
 
 @dataclass(frozen=True)
+class ErrorStyle:
+    """How a group of routes answers an error, when not in the API's own shape
+    (``error_response``): the answer and, for the OpenAPI document, its body's type."""
+
+    respond: Callable[[BaseException, str], Response]
+    body: Any
+
+
+@dataclass(frozen=True)
 class Endpoint:
     """One row of the route table."""
 
@@ -182,6 +198,11 @@ class Endpoint:
     """Served without a key (health, metrics, the OpenAPI document)."""
     if_match: bool = False
     tag: str = "sessions"
+    errors: ErrorStyle | None = None
+    """How errors answer (None: the API's own shape, ``error_response``)."""
+    any_key_in_open_mode: bool = False
+    """In open mode (no key exists), a credential that is no key is ignored rather
+    than refused: for clients that must send one (the OpenAI SDK needs an api_key)."""
 
 
 _LOOPBACK_V4 = ipaddress.ip_network("127.0.0.0/8")
@@ -200,17 +221,18 @@ def _is_loopback(host: str | None) -> bool:
     return address.is_loopback or address in _LOOPBACK_V4
 
 
-async def _authenticate(request: Request, service: Service,
-                        policy: OpenModePolicy) -> tuple[str, str | None]:
+async def _authenticate(request: Request, service: Service, policy: OpenModePolicy,
+                        any_key_in_open_mode: bool = False) -> tuple[str, str | None]:
     secret = credential(request.headers)
     if secret is not None:
         key = auth.cached(secret, service.key_cache)
         if key is None:
             key = await call_store(auth.lookup, service.store, secret, cache=service.key_cache)
-        if key is None:
+        if key is not None:
+            return key.tenant, key.id
+        if not (any_key_in_open_mode and await service.open_mode()):
             raise HTTPError(401, "unauthorized", "unknown or revoked API key",
                             {"WWW-Authenticate": "Bearer"})
-        return key.tenant, key.id
     if await service.open_mode():
         client = request.scope.get("client")
         if not _is_loopback(client[0] if client else None):
@@ -243,11 +265,13 @@ def _endpoint(spec: Endpoint, service: Service, policy: OpenModePolicy) -> Handl
                 current_tenant.set("(system)")
             else:
                 current_tenant.set("(authentication)")
-                tenant, key_id = await _authenticate(request, service, policy)
+                tenant, key_id = await _authenticate(request, service, policy,
+                                                     spec.any_key_in_open_mode)
                 current_tenant.set(tenant)
             return await spec.handler(Context(request, service, tenant, key_id))
         except Exception as exc:
-            return error_response(exc, request.scope.get("chathistory.request_id", "-"))
+            respond = spec.errors.respond if spec.errors is not None else error_response
+            return respond(exc, request.scope.get("chathistory.request_id", "-"))
 
     endpoint.__name__ = spec.handler.__name__
     return endpoint
@@ -388,8 +412,10 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 
 def create_app(store: Store, *, keys_required: bool = False,
                asset_dir: str | Path = "chathistory-assets", limits: Limits | None = None,
-               key_cache_seconds: float = 5.0, allowed_hosts: Iterable[str] = ()) -> App:
-    """The v1 API over ``store``.
+               key_cache_seconds: float = 5.0, allowed_hosts: Iterable[str] = (),
+               openai_prefix: str | None = OPENAI_PREFIX) -> App:
+    """The v1 API over ``store``, and OpenAI's Conversations API under ``openai_prefix``
+    (``server.conversations``; None or "" leaves it out).
 
     ``keys_required``: refuse requests without an API key even while no key
     exists. Otherwise, while the store holds no key, requests without one are
@@ -399,8 +425,11 @@ def create_app(store: Store, *, keys_required: bool = False,
     the store again (the delay before a revocation takes effect).
     ``allowed_hosts``: in open mode, ``Host`` names served besides localhost,
     127.0.0.1 and [::1] (``"*"``: any); see ``server.frontdoor``.
+    A malformed ``openai_prefix`` raises ``ValueError``.
     """
-    from .routes import ROUTES
+    from .routes import app_routes
+
+    endpoints = app_routes(openai_prefix)
 
     service = Service(store, keys_required=keys_required, asset_dir=asset_dir,
                       limits=limits or Limits(), key_cache_seconds=key_cache_seconds)
@@ -413,8 +442,9 @@ def create_app(store: Store, *, keys_required: bool = False,
     from .viewer import viewer_routes
 
     policy = OpenModePolicy.allowing(allowed_hosts)
+    service.endpoints = endpoints
     api = [Route(spec.path, _endpoint(spec, service, policy), methods=[spec.method])
-           for spec in ROUTES]
+           for spec in endpoints]
     routes: list[BaseRoute] = [*api, *viewer_routes(), *apidocs_routes()]
     app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_found})
     app.state.service = service

@@ -30,6 +30,15 @@ _ERRORS = {
     "415": "Unsupported media type",
     "422": "Invalid input; error.path names the field",
 }
+_OPENAI_ERRORS = {
+    "400": "Invalid input (error.param names the field) or query parameter",
+    "401": "No or unknown API key",
+    "404": "No such conversation or item (for this tenant)",
+    "409": "Conflict with the conversation's state",
+    "413": "The body is too large",
+    "415": "Unsupported media type",
+}
+"""The errors of routes answering in OpenAI's shape (``server.conversations``)."""
 
 
 _TAGS = [
@@ -40,6 +49,9 @@ _TAGS = [
      "the key's tenant"},
     {"name": "system", "description": "The process: health, readiness, metrics, this document "
      "(no key needed)"},
+    {"name": "OpenAI Conversations", "description": "OpenAI's Conversations API over the same "
+     "sessions, for the openai SDK (base_url: this prefix) and the Agents SDK's "
+     "OpenAIConversationsSession; errors in OpenAI's shape"},
 ]
 """In the order ``/docs`` shows them."""
 
@@ -51,7 +63,8 @@ _EMPTY_ALLOWED = {"application/x-ndjson"}
 def _types(routes: Sequence[Endpoint]) -> list[Any]:
     found: list[Any] = list(RESPONSE_TYPES)
     for route in routes:
-        for candidate in (route.body, *route.responses.values()):
+        errors = route.errors.body if route.errors is not None else None
+        for candidate in (route.body, *route.responses.values(), errors):
             if candidate is not None and not isinstance(candidate, str) \
                     and candidate not in found:
                 found.append(candidate)
@@ -124,10 +137,12 @@ def document(routes: Sequence[Endpoint]) -> dict[str, Any]:
                 entry["content"] = _content(kind, schemas)
             responses[str(status)] = entry
         if not route.public:
-            for code, text in _ERRORS.items():
+            codes, error = ((_ERRORS, ErrorBody) if route.errors is None
+                            else (_OPENAI_ERRORS, route.errors.body))
+            for code, text in codes.items():
                 responses.setdefault(code, {
                     "description": text,
-                    "content": {"application/json": {"schema": schemas[ErrorBody]}}})
+                    "content": {"application/json": {"schema": schemas[error]}}})
         for code, entry in responses.items():
             answered = [e for e in examples if str(e.status) == code and e.response is not None]
             if "content" in entry:

@@ -1,5 +1,7 @@
 """The route table: every route of the API, in one list (``ROUTES``), plus the
-routes that serve the process itself (health, readiness, metrics, OpenAPI)."""
+routes that serve the process itself (health, readiness, metrics, OpenAPI).
+``app_routes(prefix)`` adds OpenAI's Conversations API under its prefix
+(``server.conversations``)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,12 @@ from starlette.responses import Response
 
 from ..errors import NotFound
 from . import routes_assets, routes_messages, routes_preview, routes_sessions
-from .app import Context, Endpoint, call_store, run
+from .app import OPENAI_PREFIX, Context, Endpoint, call_store, run
 from .errors import HTTPError
 from .schema import Health
 from .wire import JSON_TYPE, json_response
 
-__all__ = ["ROUTES"]
+__all__ = ["ROUTES", "app_routes"]
 
 
 async def healthz(ctx: Context) -> Response:
@@ -44,16 +46,13 @@ async def metrics(ctx: Context) -> Response:
     return Response(body, media_type=service.metrics.content_type)
 
 
-_document: bytes | None = None
-
-
 async def openapi(ctx: Context) -> Response:
-    global _document
-    if _document is None:
+    service = ctx.service
+    if service.openapi is None:  # the app's routes: the Conversations API's prefix varies
         from .openapi import document_json
 
-        _document = document_json(ROUTES)
-    return Response(_document, media_type=JSON_TYPE)
+        service.openapi = document_json(service.endpoints or ROUTES)
+    return Response(service.openapi, media_type=JSON_TYPE)
 
 
 SYSTEM = [
@@ -69,3 +68,13 @@ SYSTEM = [
 
 ROUTES: list[Endpoint] = [*SYSTEM, *routes_sessions.ROUTES, *routes_messages.ROUTES,
                           *routes_assets.ROUTES, *routes_preview.ROUTES]
+
+
+def app_routes(openai_prefix: str | None = OPENAI_PREFIX) -> list[Endpoint]:
+    """``ROUTES`` and the Conversations API's routes under ``openai_prefix`` (None or
+    "": none); ``ValueError`` for a prefix that is no path (``conversations.endpoints``)."""
+    if not openai_prefix:
+        return list(ROUTES)
+    from .conversations import endpoints
+
+    return [*ROUTES, *endpoints(openai_prefix)]
