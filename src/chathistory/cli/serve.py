@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ..errors import MissingDependency
+from ..server import OPENAI_PREFIX
 from ._common import add_command, add_store_option, fail, guarded, store_url
 
 EXIT_CANNOT_LISTEN = 3
@@ -20,6 +21,9 @@ address (a public --host is refused until keys exist: chathistory keys create
 TENANT), only to requests for Host localhost, 127.0.0.1 or [::1] (--allow-host
 adds a name), and no write from another site. Once a key was created, even a
 revoked one, keys are always required.
+OpenAI's Conversations API is served under --openai-prefix (default
+/openai/v1: OpenAI(base_url="http://127.0.0.1:8000/openai/v1", api_key=KEY));
+without keys it accepts any api_key the SDK sends. --openai-prefix "" turns it off.
 Request heads are limited to 64 KiB and 10 s; past --max-connections (default:
 the open-files limit less a quarter) the connection idle longest is closed.
 Needs the server extra: pip install 'chathistory[server]'.
@@ -29,6 +33,7 @@ unusable store, 3 when the address cannot be listened on (a port in use: --port)
 examples:
   chathistory serve
   chathistory serve --allow-host chat.localhost
+  chathistory serve --openai-prefix /v1
   chathistory serve --store postgresql://app@db/chat --host 0.0.0.0 --port 8080 --require-keys
 """
 
@@ -49,6 +54,9 @@ def register(commands: Any) -> None:
     parser.add_argument("--max-connections", type=int, default=None, metavar="N",
                         help="open connections per process (default: the open-files limit "
                         "less a quarter)")
+    parser.add_argument("--openai-prefix", default=OPENAI_PREFIX, metavar="PREFIX",
+                        help="where OpenAI's Conversations API is served (default "
+                        f"{OPENAI_PREFIX}; '' turns it off)")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"),
                         help="log level (default info)")
@@ -77,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         serve(store_url(args), host=args.host, port=args.port, asset_dir=args.asset_dir,
               require_keys=args.require_keys, workers=args.workers, log_level=args.log_level,
-              allowed_hosts=args.allow_host, connections=limits)
+              allowed_hosts=args.allow_host, connections=limits,
+              openai_prefix=args.openai_prefix)
     except PortUnavailable as exc:
         return fail("serve", exc, EXIT_CANNOT_LISTEN)
     return 0

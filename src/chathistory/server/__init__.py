@@ -48,10 +48,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import ChatHistoryError, MissingDependency
 
+OPENAI_PREFIX = "/openai/v1"
+"""The default prefix of OpenAI's Conversations API (``app.OPENAI_PREFIX`` too)."""
+
 if TYPE_CHECKING:
     from .connections import ConnectionLimits
 
-__all__ = ["PortUnavailable", "ServerConfigError", "is_loopback_host", "run"]
+__all__ = ["OPENAI_PREFIX", "PortUnavailable", "ServerConfigError", "is_loopback_host", "run"]
 
 _APP_FACTORY = "chathistory.server:_app_from_env"
 _ENV = "CHATHISTORY_SERVE_CONFIG"
@@ -126,10 +129,12 @@ def _need_server_extra() -> None:
 
 def _config(store_url: str, asset_dir: str, require_keys: bool, log_level: str,
             access_log: bool, allowed_hosts: Sequence[str] = (),
-            connections: ConnectionLimits | None = None) -> dict[str, Any]:
+            connections: ConnectionLimits | None = None,
+            openai_prefix: str = OPENAI_PREFIX) -> dict[str, Any]:
     return {"store_url": store_url, "asset_dir": asset_dir, "require_keys": require_keys,
             "log_level": log_level, "access_log": access_log,
-            "allowed_hosts": list(allowed_hosts), "connections": connections}
+            "allowed_hosts": list(allowed_hosts), "connections": connections,
+            "openai_prefix": openai_prefix}
 
 
 def _app_from_env() -> Any:
@@ -149,14 +154,15 @@ def _app_from_env() -> Any:
     store = open_store(config["store_url"])
     return create_app(store, keys_required=config["require_keys"],
                       asset_dir=config["asset_dir"],
-                      allowed_hosts=config.get("allowed_hosts", ()))
+                      allowed_hosts=config.get("allowed_hosts", ()),
+                      openai_prefix=config.get("openai_prefix", OPENAI_PREFIX))
 
 
 def run(store_url: str = "sqlite:///chathistory.db", host: str = "127.0.0.1",
         port: int = 8000, asset_dir: str = "chathistory-assets", require_keys: bool = False,
         *, workers: int = 1, log_level: str = "info", access_log: bool = True,
         allowed_hosts: Sequence[str] = (), connections: ConnectionLimits | None = None,
-        out: TextIO | None = None) -> None:
+        openai_prefix: str = OPENAI_PREFIX, out: TextIO | None = None) -> None:
     """Serve ``store_url`` on ``host:port`` until interrupted.
 
     Without any API key ever created in the store and without ``require_keys``,
@@ -166,9 +172,10 @@ def run(store_url: str = "sqlite:///chathistory.db", host: str = "127.0.0.1",
     ``allowed_hosts``, and no write from another site (``server.frontdoor``).
     ``connections``: head size and time limits and the connection cap
     (``server.connections``; the defaults: 64 KiB, 10 s, the open-files limit less
-    a quarter). The server holds no state, so ``workers`` > 1 runs that many
-    processes. An address that cannot be listened on (a port in use) raises
-    ``PortUnavailable`` before anything is printed.
+    a quarter). ``openai_prefix``: where OpenAI's Conversations API is served
+    (``server.conversations``; "" leaves it out). The server holds no state, so
+    ``workers`` > 1 runs that many processes. An address that cannot be listened on
+    (a port in use) raises ``PortUnavailable`` before anything is printed.
     """
     _need_server_extra()
     import msgspec
@@ -183,6 +190,13 @@ def run(store_url: str = "sqlite:///chathistory.db", host: str = "127.0.0.1",
         OpenModePolicy.allowing(allowed_hosts)
     except ValueError as exc:
         raise ServerConfigError(f"--allow-host: {exc}") from None
+    if openai_prefix:
+        from .conversations import endpoints
+
+        try:
+            endpoints(openai_prefix)
+        except ValueError as exc:
+            raise ServerConfigError(f"--openai-prefix: {exc}") from None
     out = out or sys.stderr
     store = open_store(store_url)
     try:
@@ -197,8 +211,9 @@ def run(store_url: str = "sqlite:///chathistory.db", host: str = "127.0.0.1",
         store.close()
     _check_listenable(host, port)
     shown = f"[{host}]" if ":" in host else host
+    openai = f", OpenAI's Conversations API under {openai_prefix}" if openai_prefix else ""
     print(f"chathistory serving {store_url} at http://{shown}:{port}/ "
-          f"(the viewer at /, the API under /v1, tried out at /docs, described at "
+          f"(the viewer at /, the API under /v1{openai}, tried out at /docs, described at "
           f"/openapi.json)", file=out, flush=True)
     if not keys and not require_keys:
         print("warning: no API keys: serving tenant 'default' without authentication, "
@@ -208,7 +223,7 @@ def run(store_url: str = "sqlite:///chathistory.db", host: str = "127.0.0.1",
         print("warning: --require-keys but no key exists yet: every request is refused "
               "until one is created (chathistory keys create TENANT)", file=out, flush=True)
     config = _config(store_url, asset_dir, require_keys, log_level, access_log,
-                     allowed_hosts, connections)
+                     allowed_hosts, connections, openai_prefix)
     os.environ[_ENV] = msgspec.json.encode(config).decode()
     if workers > 1 and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="chathistory-metrics-")

@@ -36,7 +36,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..assets import FileAssetStore
 from ..model.parts import MAX_ATTACHMENT_BYTES
 from ..stores.base import Store
-from . import auth
+from . import OPENAI_PREFIX, auth
 from .errors import HTTPError, error_body, error_headers
 from .frontdoor import OpenModePolicy, credential
 from .logging import access_log, logger
@@ -53,8 +53,6 @@ T = TypeVar("T")
 DEFAULT_TENANT = "default"
 SWITCH_INTERVAL = 0.001
 """``sys.setswitchinterval`` while serving (seconds)."""
-OPENAI_PREFIX = "/openai/v1"
-"""Where the OpenAI Conversations API is served by default (``server.conversations``)."""
 
 
 @dataclass(frozen=True)
