@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,10 +37,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..assets import FileAssetStore
-from ..errors import InvalidMessage, NotFound
+from ..errors import Conflict, InvalidMessage, NotFound
 from ..model import Attachment, Message
 from ..stores.base import Store
 from ..stores.engine import Engine
+from ..stores.lifecycle import BOOKKEEPING_KEY
 from ..stores.model import Session
 from .app import Context, Endpoint, ErrorStyle, Param, call_store, run
 from .conversations_items import (
@@ -56,6 +58,14 @@ from .wire import JSON_TYPE, json_response, query_str
 __all__ = ["endpoints"]
 
 TAG = "OpenAI Conversations"
+MAX_REWRITE = 100
+"""Deleting an item takes at most this many later messages off and back."""
+JOURNAL = BOOKKEEPING_KEY + ".conversations"
+"""``Session.state`` key of a deletion under way: the messages to put back."""
+STALE_SECONDS = 10.0
+"""A deletion's journal older than this is a crashed deletion's: it is finished."""
+_RETRY_SOON = {"Retry-After": "1", "retry-after-ms": "100"}
+"""On a 409 for a conversation being rewritten (the OpenAI SDK reads retry-after-ms)."""
 _PREFIX = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 
 
@@ -168,10 +178,20 @@ def _conversation(session: Session) -> OpenAIConversation:
 
 
 def _session(store: Store, session_id: str, tenant: str) -> Session:
+    """The session; a 409 (which the SDK retries) while a deletion rewrites it, and a
+    deletion a crash interrupted finished first (``_delete_item``)."""
     try:
-        return store.get_session(session_id, tenant=tenant)
+        session = store.get_session(session_id, tenant=tenant)
     except NotFound:
         raise _no_conversation(session_id) from None
+    journal = session.state.get(JOURNAL)
+    if not isinstance(journal, dict):
+        return session
+    started = journal.get("at")
+    if isinstance(started, int | float) and 0 <= time.time() - started < STALE_SECONDS:
+        raise HTTPError(409, "conflict", f"conversation {session_id!r} is being rewritten by "
+                        "the deletion of an item; try again", _RETRY_SOON)
+    return _restored(store, session)
 
 
 class _Reader:
@@ -289,30 +309,79 @@ def _create(store: Store, tenant: str, messages: list[Message],
 
 
 def _append(store: Store, session_id: str, tenant: str, messages: list[Message]) -> None:
-    try:
-        store.append(session_id, messages, tenant=tenant)
-    except NotFound:
-        raise _no_conversation(session_id) from None
+    """Append at the version read, so that nothing lands in a deletion's rewrite
+    (``_session`` refuses while one runs); another write first: read again."""
+    for _ in range(10):
+        session = _session(store, session_id, tenant)
+        try:
+            store.append(session_id, messages, tenant=tenant,
+                         expected_version=session.version)
+            return
+        except NotFound:
+            raise _no_conversation(session_id) from None
+        except Conflict:
+            continue
+    raise HTTPError(409, "conflict", f"conversation {session_id!r} kept changing; try again",
+                    _RETRY_SOON)
 
 
 def _delete_item(reader: _Reader, item_id: str) -> Session:
-    """Remove item ``item_id``: the newest message (``pop``, at the version read, so a
-    write in between is a 409), when it is that message's only item."""
-    session = reader.session
+    """Remove item ``item_id`` (a message's only item).
+
+    The newest is popped at the version read (a write in between: 409). An earlier one
+    takes the messages after it off and puts them back (at most ``MAX_REWRITE``): the
+    store keeps no gaps and has no atomic removal from the middle. Every step names the
+    version it expects, and the messages taken off are first written to the session's
+    state (``JOURNAL``, in the step that bumps the version), so a crash or a refused
+    step leaves nothing lost: ``_restored`` puts them back (appends are idempotent by
+    id), here or on the conversation's next request."""
+    store, session = reader.store, reader.session
+    sid, tenant = session.id, session.tenant
     found = reader.locate(item_id)
     if found is None:
-        raise _no_item(item_id, session.id)
+        raise _no_item(item_id, sid)
     pos, message, k = found
     if k is not None:
         raise InvalidMessage(f"item {item_id!r} is one of the items of message "
                              f"{message.id!r}, written through /v1; remove the message "
-                             "there (POST /v1/sessions/{id}/pop)", "item_id")
-    if pos != reader.count - 1:
-        raise InvalidMessage(f"item {item_id!r} is not the newest item: only the newest can "
-                             "be deleted (chathistory never reorders a conversation; "
-                             "POST /v1/sessions/{id}/edit branches it instead)", "item_id")
-    reader.store.pop(session.id, tenant=session.tenant, expected_version=session.version)
-    return reader.store.get_session(session.id, tenant=session.tenant)
+                             "there", "item_id")
+    later = reader.read(pos + 1, reader.count)
+    if len(later) > MAX_REWRITE:
+        raise InvalidMessage(f"item {item_id!r} has {len(later)} items after it; an item "
+                             f"can be deleted among the newest {MAX_REWRITE + 1} only",
+                             "item_id")
+    if not later:
+        store.pop(sid, tenant=tenant, expected_version=session.version)
+        return store.get_session(sid, tenant=tenant)
+    state = dict(session.state)
+    journal = {"deleting": message.id, "at": time.time(),
+               "restore": msgspec.json.encode(later).decode()}
+    version = store.update_session(sid, tenant=tenant, state={**state, JOURNAL: journal},
+                                   expected_version=session.version).version
+    try:
+        for _ in range(len(later) + 1):
+            store.pop(sid, tenant=tenant, expected_version=version)
+            version += 1
+        store.append(sid, later, tenant=tenant, state=state, expected_version=version)
+    except Conflict:  # a write in between (or a fork sharing these messages)
+        _restored(store, store.get_session(sid, tenant=tenant))
+        raise
+    return store.get_session(sid, tenant=tenant)
+
+
+def _restored(store: Store, session: Session) -> Session:
+    """``session`` with the messages an interrupted deletion took off put back (those
+    still there are skipped: appends are idempotent by id) and its journal gone."""
+    journal = session.state.get(JOURNAL)
+    if not isinstance(journal, dict):
+        return session
+    state = {key: value for key, value in session.state.items() if key != JOURNAL}
+    later = msgspec.json.decode(journal["restore"], type=list[Message])
+    store.append(session.id, later, tenant=session.tenant, state=state)
+    current = store.get_session(session.id, tenant=session.tenant)
+    if JOURNAL in current.state:  # every message was there: the append changed nothing
+        current = store.update_session(session.id, tenant=session.tenant, state=state)
+    return current
 
 
 # ---------------------------------------------------------------- routes
@@ -483,6 +552,6 @@ def endpoints(prefix: str) -> list[Endpoint]:
         Endpoint("GET", item, get_item, "Retrieve an item", responses={200: JSON_TYPE},
                  query=(_INCLUDE,), **common),
         Endpoint("DELETE", item, delete_item,
-                 "Delete the newest item; answers the conversation",
+                 "Delete an item (among the newest 101); answers the conversation",
                  responses={200: OpenAIConversation}, **common),
     ]

@@ -75,6 +75,14 @@ _WITH_STATUS = frozenset({
     "apply_patch_call_output",
 })
 """Item types whose SDK type requires ``status`` (``ConversationItem``)."""
+_TYPES = frozenset({*_ID_PREFIXES, "compaction_trigger"})
+"""The item types the SDK defines (``ResponseInputItemParam``, ``ConversationItem``);
+``item_reference`` is refused on its own (it names an item OpenAI stores)."""
+_TEXT_FIELD = {"input_text": "text", "output_text": "text", "text": "text",
+               "summary_text": "text", "reasoning_text": "text", "refusal": "refusal"}
+_CONTENT_TYPES = frozenset({*_TEXT_FIELD, "input_image", "input_file", "input_audio",
+                            "computer_screenshot"})
+"""A message's content part types (``Message.content``, the input messages')."""
 _REQUIRED = {
     "message": ("role", "content"),
     "function_call": ("call_id", "name", "arguments"),
@@ -129,12 +137,15 @@ def _checked(raw: Any, path: str) -> None:
     for field in _REQUIRED.get(kind, ()):
         if raw.get(field) is None:
             raise InvalidMessage(f"a {kind} item needs {field}", f"{path}.{field}")
+    if kind == "item_reference":
+        raise InvalidMessage("item_reference items name items OpenAI stores; send the item "
+                             "itself", f"{path}.type")
+    if kind not in _TYPES:
+        raise InvalidMessage(f"unknown item type {kind!r}", f"{path}.type")
     if kind == "message":
         if not isinstance(raw["role"], str):
             raise InvalidMessage("role must be a string", f"{path}.role")
-        if not isinstance(raw["content"], str | list):
-            raise InvalidMessage("content must be a string or a list of parts",
-                                 f"{path}.content")
+        _check_content(raw["content"], f"{path}.content")
     if kind == "function_call" and not isinstance(raw["arguments"], str):
         raise InvalidMessage("arguments must be a string (JSON)", f"{path}.arguments")
     item_id = raw.get("id")
@@ -142,9 +153,26 @@ def _checked(raw: Any, path: str) -> None:
                                 or len(item_id) > MAX_ID or "\x00" in item_id):
         raise InvalidMessage(f"id must be a non-empty string of at most {MAX_ID} characters "
                              "without NUL", f"{path}.id")
-    if kind == "item_reference":
-        raise InvalidMessage("item_reference items name items OpenAI stores; send the item "
-                             "itself", f"{path}.type")
+
+
+def _check_content(content: Any, path: str) -> None:
+    """A message's content: a string, or a list of parts of known types whose text is
+    a string."""
+    if isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise InvalidMessage("content must be a string or a list of parts", path)
+    for k, part in enumerate(content):
+        where = f"{path}[{k}]"
+        if not isinstance(part, dict):
+            raise InvalidMessage("a content part must be an object", where)
+        kind = part.get("type")
+        if kind not in _CONTENT_TYPES:
+            raise InvalidMessage(f"unknown content type {kind!r}", f"{where}.type")
+        field = _TEXT_FIELD.get(kind)
+        if field is not None and not isinstance(part.get(field), str):
+            raise InvalidMessage(f"a {kind} part's {field} must be a string",
+                                 f"{where}.{field}")
 
 
 def stored_items(items: Sequence[Any], field: str = "items") -> list[Message]:
