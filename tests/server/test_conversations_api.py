@@ -30,10 +30,13 @@ CONVERSATION_ID = re.compile(r"conv_[0-9a-f]{48}")
 @pytest.fixture(scope="module", params=["memory", "sqlite", "postgres", "redis"])
 def served(request: pytest.FixtureRequest,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    it = serve_any(request.param, tmp_path_factory.mktemp(request.param))
-    yield it
-    it.server.stop()
-    it.store.close()
+    """Every store, Redis too (``conftest.served`` has no Redis)."""
+    running = serve_any(request.param, tmp_path_factory.mktemp(f"api-{request.param}"))
+    try:
+        yield running
+    finally:
+        running.server.stop()
+        running.store.close()
 
 
 # ---------------------------------------------------------------- helpers
