@@ -5,20 +5,30 @@ is a live chathistory server's ``/openai/v1`` (over SQLite, PostgreSQL and Redis
 the SDK's own in-memory ``SQLiteSession`` run one script through ``Runner``: three user
 turns answered by a scripted model, with reasoning (encrypted content and a summary)
 before a call and before a message, one function call, two parallel calls and a plain
-answer. The model must be given the same input on every call, and both sessions must
-end with the same items; ``get_items(limit=k)`` for every ``k``, ``pop_item()`` until
-empty and ``clear_session()`` must then answer alike, and the conversation must read
-back through chathistory's own API as messages with each tool call paired.
+answer; run and streamed, with the whole history and with a session limit. The model
+must be given the same input on every call, and both sessions must end with the same
+items; ``get_items(limit=k)`` for every ``k``, ``pop_item()`` until empty and
+``clear_session()`` must then answer alike, also over more items than a request writes
+or a page holds (20), and the conversation must read back through chathistory's own
+API as messages with each tool call paired.
 
 What legitimately differs, and is normalised here (nothing else is):
 
 - **Item ids other than reasoning's.** For a Conversations session the SDK itself drops
   the ``id`` of every item but a reasoning item before it writes
   (``agents.run_internal.session_persistence._sanitize_openai_conversation_item``), and
-  the Conversations API gives every item an id (``pop_item`` deletes by it). So the
-  SQLite side is compared as the SDK writes it to a conversation, and the ids the
-  server made are checked (present, distinct) and then left out. Reasoning ids are
-  sent, so they must come back as sent.
+  the Conversations API gives every item an id (``pop_item`` deletes by it). So both
+  sides are compared as the SDK writes them to a conversation, and the ids the server
+  made are checked (present, distinct) and then left out. Reasoning ids are sent, so
+  they must come back as sent.
+- **A message's form.** The Conversations API keeps a message as the SDK's
+  ``openai.types.conversations.Message`` declares it: ``type`` ``message`` and
+  ``content`` a list, so ``{"role": "user", "content": "Hi"}`` comes back as
+  ``{"type": "message", "role": "user", "content": [{"type": "input_text", "text":
+  "Hi"}]}``, which the Responses API reads as the same input. Messages are compared in
+  that form on both sides.
+- **``status``**, which the API populates on the items it returns: ``completed`` where
+  the item was written without one (a message, a function call's output) is left out.
 """
 
 from __future__ import annotations
@@ -42,13 +52,14 @@ import openai
 from agents import (
     Agent,
     OpenAIConversationsSession,
+    RunConfig,
     Runner,
     SQLiteSession,
     function_tool,
     set_tracing_disabled,
 )
 from agents.items import TResponseInputItem, TResponseOutputItem
-from agents.memory import Session
+from agents.memory import Session, SessionSettings
 from agents.run_internal.session_persistence import _sanitize_openai_conversation_item
 from scripted_agents_model import ScriptedModel, call, say, think
 
@@ -107,16 +118,19 @@ def script(token: str) -> list[list[TResponseOutputItem]]:
 MODEL_CALLS = 5
 
 
-async def run_script(session: Session, token: str, method: str = "run") -> ScriptedModel:
-    """Every question of ``QUESTIONS`` as its own ``Runner`` run on ``session``."""
+async def run_script(session: Session, token: str, method: str = "run",
+                     limit: int | None = None) -> ScriptedModel:
+    """Every question of ``QUESTIONS`` as its own ``Runner`` run on ``session`` (given
+    the newest ``limit`` items of history, with a limit)."""
     model = ScriptedModel(script(token))
     agent = Agent(name="assistant", model=model, tools=[weather, local_time])
+    config = RunConfig(session_settings=SessionSettings(limit=limit))
     finals = []
     for question in QUESTIONS:
         if method == "run":
-            result: Any = await Runner.run(agent, question, session=session)
+            result: Any = await Runner.run(agent, question, session=session, run_config=config)
         else:
-            result = Runner.run_streamed(agent, question, session=session)
+            result = Runner.run_streamed(agent, question, session=session, run_config=config)
             async for _event in result.stream_events():
                 pass
         finals.append(result.final_output)
@@ -127,34 +141,53 @@ async def run_script(session: Session, token: str, method: str = "run") -> Scrip
 
 
 def as_written(item: Any) -> Item:
-    """An item as the SDK writes it to a Conversations session (its own function)."""
-    return cast(Item, _sanitize_openai_conversation_item(cast(TResponseInputItem, dict(item))))
+    """An item as the SDK writes it to a Conversations session (its own function), a
+    message in the form the Conversations API keeps it: ``type`` ``message``, a string
+    ``content`` as one ``input_text`` part."""
+    written = cast(Item, _sanitize_openai_conversation_item(cast(TResponseInputItem, dict(item))))
+    if written.get("type", "message") != "message":
+        return written
+    written = {"type": "message", **written}
+    if isinstance(written.get("content"), str) and written.get("role") != "assistant":
+        written["content"] = [{"type": "input_text", "text": written["content"]}]
+    return written
 
 
-def without_server_ids(got: list[Any], expected: list[Item]) -> list[Item]:
-    """``got`` (a conversation's items) without the ids the server made: those of the
-    items ``expected`` has no id for. Every item must have an id, each its own."""
-    ids = [item.get("id") for item in got]
-    assert all(isinstance(i, str) and i for i in ids), f"an item without an id: {got}"
-    assert len(set(ids)) == len(ids), f"two items share an id: {ids}"
-    assert len(got) == len(expected), (got, expected)
-    return [{k: v for k, v in item.items() if k != "id" or "id" in want}
-            for item, want in zip(got, expected, strict=True)]
+def compared(got: list[Any], oracle: list[Any], *, server_ids: bool) -> None:
+    """``got`` is ``oracle``, item for item, both ``as_written``, but for what the API
+    adds to an item it returns: a ``status`` of ``completed`` where the item had none,
+    and, with ``server_ids``, an id on every item (each its own) where it had none."""
+    expected = [as_written(item) for item in oracle]
+    ours = [as_written(item) for item in got]
+    if server_ids:
+        ids = [item.get("id") for item in got]
+        assert all(isinstance(i, str) and i for i in ids), f"an item without an id: {got}"
+        assert len(set(ids)) == len(ids), f"two items share an id: {ids}"
+        # as_written dropped the ids of all but reasoning; a reasoning id is the model's
+        assert all(o.get("id") == e.get("id") for o, e in zip(ours, expected, strict=False))
+    ours = [{k: v for k, v in item.items()
+             if not (k == "status" and v == "completed" and k not in want)}
+            for item, want in zip(ours, expected, strict=False)]
+    differ = [f"[{i}] {json.dumps(o)}\n != {json.dumps(e)}"
+              for i, (o, e) in enumerate(zip(ours, expected, strict=False)) if o != e]
+    assert len(ours) == len(expected) and not differ, "\n".join(
+        [f"{len(ours)} items, {len(expected)} expected", *differ])
 
 
 def same_items(got: list[Any], oracle: list[Any]) -> None:
-    expected = [as_written(item) for item in oracle]
-    assert without_server_ids(got, expected) == expected
+    """A conversation's items are the SQLiteSession's."""
+    compared(got, oracle, server_ids=True)
 
 
 def same_inputs(got: ScriptedModel, oracle: ScriptedModel) -> None:
-    """The model was given the same input on every call (items as the SDK writes them)."""
+    """The model was given the same input on every call."""
     assert len(got.inputs) == len(oracle.inputs)
     for call_index, (ours, theirs) in enumerate(zip(got.inputs, oracle.inputs, strict=True)):
         assert isinstance(ours, list) and isinstance(theirs, list)
-        assert [as_written(item) for item in ours] == [as_written(item) for item in theirs], (
-            f"model call {call_index}:\n{json.dumps(ours, indent=1)}\n"
-            f"!=\n{json.dumps(theirs, indent=1)}")
+        try:
+            compared(ours, theirs, server_ids=False)
+        except AssertionError as failure:
+            raise AssertionError(f"model call {call_index}: {failure}") from None
 
 
 @dataclass
@@ -169,26 +202,30 @@ class Runs:
 
 
 @asynccontextmanager
-async def both_run(served: Served, method: str = "run") -> AsyncIterator[Runs]:
+async def both_run(served: Served, method: str = "run",
+                   limit: int | None = None) -> AsyncIterator[Runs]:
     token = uuid.uuid4().hex[:8]
     oracle = SQLiteSession("oracle")
     sdk = cast(openai.AsyncOpenAI, client(served, "async"))
     try:
         session = OpenAIConversationsSession(openai_client=sdk)
-        theirs = await run_script(oracle, token, method)
-        ours = await run_script(session, token, method)
+        theirs = await run_script(oracle, token, method, limit)
+        ours = await run_script(session, token, method, limit)
         yield Runs(session, oracle, sdk, ours, theirs)
     finally:
         oracle.close()
         await sdk.close()
 
 
-@pytest.mark.parametrize("method", ["run", "run_streamed"])
-def test_the_model_sees_the_same_input_and_the_sessions_end_alike(served: Served,
-                                                                  method: str) -> None:
+@pytest.mark.parametrize(("method", "limit"), [("run", None), ("run_streamed", None),
+                                               ("run", 3), ("run", 6)])
+def test_the_model_sees_the_same_input_and_the_sessions_end_alike(
+        served: Served, method: str, limit: int | None) -> None:
     async def go() -> None:
-        async with both_run(served, method) as runs:
+        async with both_run(served, method, limit) as runs:
             same_inputs(runs.ours, runs.theirs)
+            if limit is not None:  # the last call saw the newest items, and its question
+                assert len(runs.theirs.inputs[-1]) <= limit + 1
             expected = await runs.oracle.get_items()
             same_items(await runs.session.get_items(), expected)
             # a second session over the same conversation id reads the same items
@@ -236,6 +273,34 @@ def test_clear_session_answers_like_sqlite(served: Served) -> None:
             token = uuid.uuid4().hex[:8]
             same_inputs(await run_script(session, token), await run_script(oracle, token))
             same_items(await session.get_items(), await oracle.get_items())
+
+    asyncio.run(go())
+
+
+def test_a_long_conversation_is_written_in_chunks_and_read_in_pages(served: Served) -> None:
+    """Three runs' items (45) added at once: the SDK writes them 20 to a request, and
+    reads them back over pages of the server's (20 items unless asked)."""
+    async def go() -> None:
+        oracle = SQLiteSession("oracle")
+        sdk = cast(openai.AsyncOpenAI, client(served, "async"))
+        try:
+            for _ in range(3):
+                await run_script(oracle, uuid.uuid4().hex[:8])
+            items = await oracle.get_items()
+            assert len(items) == 45
+            session = OpenAIConversationsSession(openai_client=sdk)
+            await session.add_items(items)
+            same_items(await session.get_items(), items)
+            for limit in (1, 19, 20, 21, 40, 44, 45, 46):
+                same_items(await session.get_items(limit=limit),
+                           await oracle.get_items(limit=limit))
+            popped, expected = await session.pop_item(), await oracle.pop_item()
+            assert popped is not None and expected is not None
+            same_items([popped], [expected])
+            same_items(await session.get_items(), await oracle.get_items())
+        finally:
+            oracle.close()
+            await sdk.close()
 
     asyncio.run(go())
 
