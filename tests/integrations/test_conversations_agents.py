@@ -9,8 +9,9 @@ answer; run and streamed, with the whole history and with a session limit. The m
 must be given the same input on every call, and both sessions must end with the same
 items; ``get_items(limit=k)`` for every ``k``, ``pop_item()`` until empty and
 ``clear_session()`` must then answer alike, also over more items than a request writes
-or a page holds (20), and the conversation must read back through chathistory's own
-API as messages with each tool call paired.
+or a page holds (20). The conversation must read back through chathistory's own API
+as messages with each tool call paired, and through chathistory's own Agents SDK
+session (``ChatHistorySession`` over a ``RemoteStore``) as the same items.
 
 What legitimately differs, and is normalised here (nothing else is):
 
@@ -62,6 +63,9 @@ from agents.items import TResponseInputItem, TResponseOutputItem
 from agents.memory import Session, SessionSettings
 from agents.run_internal.session_persistence import _sanitize_openai_conversation_item
 from scripted_agents_model import ScriptedModel, call, say, think
+
+from chathistory import open_store
+from chathistory.integrations.openai_agents import ChatHistorySession
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "server"))
 from conversationkit import client, serve_any
@@ -301,6 +305,26 @@ def test_a_long_conversation_is_written_in_chunks_and_read_in_pages(served: Serv
         finally:
             oracle.close()
             await sdk.close()
+
+    asyncio.run(go())
+
+
+def test_chathistorys_own_agents_session_shares_the_conversation(served: Served) -> None:
+    """``ChatHistorySession`` over a ``RemoteStore`` of the same server reads the
+    conversation's items as SQLiteSession holds them, and what it adds is the
+    conversation's next item."""
+    async def go() -> None:
+        async with both_run(served) as runs:
+            remote = open_store(served.url, api_key=served.keys["A"])
+            try:
+                ours = ChatHistorySession(runs.session.session_id, remote, tenant="A")
+                same_items(await ours.get_items(), await runs.oracle.get_items())
+                added: TResponseInputItem = {"role": "user", "content": "One more thing."}
+                await ours.add_items([added])
+                await runs.oracle.add_items([added])
+                same_items(await runs.session.get_items(), await runs.oracle.get_items())
+            finally:
+                remote.close()
 
     asyncio.run(go())
 
