@@ -26,8 +26,9 @@ What legitimately differs, and is normalised here (nothing else is):
   ``openai.types.conversations.Message`` declares it: ``type`` ``message`` and
   ``content`` a list, so ``{"role": "user", "content": "Hi"}`` comes back as
   ``{"type": "message", "role": "user", "content": [{"type": "input_text", "text":
-  "Hi"}]}``, which the Responses API reads as the same input. Messages are compared in
-  that form on both sides.
+  "Hi"}]}`` (an assistant's as ``output_text``), which the Responses API reads as the
+  same input (``docs/api.md``: "An item is completed as OpenAI completes it").
+  Messages are compared in that form on both sides.
 - **``status``**, which the API populates on the items it returns: ``completed`` where
   the item was written without one (a message, a function call's output) is left out.
 """
@@ -147,13 +148,16 @@ async def run_script(session: Session, token: str, method: str = "run",
 def as_written(item: Any) -> Item:
     """An item as the SDK writes it to a Conversations session (its own function), a
     message in the form the Conversations API keeps it: ``type`` ``message``, a string
-    ``content`` as one ``input_text`` part."""
+    ``content`` as one ``input_text`` part (``output_text`` for the assistant)."""
     written = cast(Item, _sanitize_openai_conversation_item(cast(TResponseInputItem, dict(item))))
     if written.get("type", "message") != "message":
         return written
     written = {"type": "message", **written}
-    if isinstance(written.get("content"), str) and written.get("role") != "assistant":
-        written["content"] = [{"type": "input_text", "text": written["content"]}]
+    text = written.get("content")
+    if isinstance(text, str):
+        written["content"] = [
+            {"type": "output_text", "text": text, "annotations": []}
+            if written.get("role") == "assistant" else {"type": "input_text", "text": text}]
     return written
 
 
