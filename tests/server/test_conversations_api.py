@@ -5,6 +5,8 @@ through ``/v1`` (the SDK as the oracle is ``test_conversations_sdk.py``)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import time
@@ -19,7 +21,7 @@ from conversationkit import serve_any
 from serverkit import LiveServer, Served
 
 from chathistory.server import ServerConfigError, auth, run
-from chathistory.server.app import create_app
+from chathistory.server.app import Limits, create_app
 from chathistory.server.conversations import JOURNAL, MAX_REWRITE, STALE_SECONDS
 from chathistory.stores import MemoryStore
 
@@ -351,6 +353,36 @@ def test_messages_written_through_v1_are_items_with_ids_found_again(a: httpx.Cli
     error(a.delete(f"{P}/conversations/{sid}/items/m-both~1"), 400, "item_id")
     assert a.delete(f"{P}/conversations/{sid}/items/m-tool").status_code == 200
     assert stored_ids(a, sid) == ["m-user", "m-both"]
+
+
+@pytest.mark.parametrize("inline_bytes", [20 * 1024 * 1024, 10])
+def test_an_attachment_of_a_v1_message_is_inlined_up_to_the_limit(
+        tmp_path: Path, png_bytes: bytes, inline_bytes: int) -> None:
+    """Stored attachments of messages written through ``/v1`` are the items' data URLs
+    within ``Limits.inline_bytes``, and past it the URL of ``GET /v1/assets/{sha256}``."""
+    app = create_app(MemoryStore(counter="approx"), asset_dir=tmp_path / "assets",
+                     limits=Limits(inline_bytes=inline_bytes))
+    server = LiveServer(app).start()
+    try:
+        with httpx.Client(base_url=server.url) as a:
+            assert a.post("/v1/sessions", json={"id": "pic"}).status_code == 201
+            image = {"role": "user", "id": "m-pic", "parts": [
+                {"type": "text", "text": "what is this?"},
+                {"type": "image", "attachment": {"data": base64.b64encode(png_bytes).decode()}}]}
+            sent = a.post("/v1/sessions/pic/messages", json={"messages": [image]})
+            assert sent.status_code == 200, sent.text
+            (item,) = listed(a, "pic")["data"]
+            assert item["id"] == "m-pic" and item["content"][0] == {
+                "type": "input_text", "text": "what is this?"}
+            url = item["content"][1]["image_url"]
+            digest = hashlib.sha256(png_bytes).hexdigest()
+            if inline_bytes > len(png_bytes):
+                assert url == "data:image/png;base64," + base64.b64encode(png_bytes).decode()
+            else:
+                assert url == f"{server.url}/v1/assets/{digest}"
+                assert a.get(url).content == png_bytes
+    finally:
+        server.stop()
 
 
 # ---------------------------------------------------------------- deleting items

@@ -204,6 +204,7 @@ class _Reader:
         self.store, self.session, self.resolver = store, session, resolver
         self.count = session.message_count
         self._all: list[Message] | None = None
+        self._items: dict[str, list[dict[str, Any]]] = {}
         if not isinstance(store, Engine):
             self._everything()
 
@@ -226,7 +227,11 @@ class _Reader:
                     None)
 
     def items(self, message: Message) -> list[dict[str, Any]]:
-        return listed_items(message, self.resolver)
+        """The items ``message`` shows (made once per request: attachments are read)."""
+        found = self._items.get(message.id)
+        if found is None:
+            found = self._items[message.id] = listed_items(message, self.resolver)
+        return found
 
     def locate(self, item_id: str) -> tuple[int, Message, int | None] | None:
         """The position and message of item ``item_id``, and which of the message's
