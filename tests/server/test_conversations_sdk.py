@@ -10,6 +10,8 @@ Each scenario is an ``async def`` over ``conversationkit.Sdk`` and runs once wit
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -37,6 +39,8 @@ from openai.types.conversations import (
 from openai.types.conversations import Message as ItemMessage
 from openai.types.responses import ResponseFunctionToolCallItem, ResponseReasoningItem
 from serverkit import Served
+
+from chathistory import Message
 
 INCLUDE: Any = ["reasoning.encrypted_content", "message.input_image.image_url"]
 
@@ -408,5 +412,206 @@ def test_image_data_url_kept(served: Served, mode: str) -> None:
         conversation = await sdk.conversations.create(items=[mixed_items()[1]])
         item = (await sdk.items.list(conversation.id, include=INCLUDE)).data[0]
         assert item.content[1].image_url == PNG_DATA_URL
+
+    run(served, mode, scenario)
+
+
+def test_batch_and_parameter_limits(served: Served, mode: str) -> None:
+    """OpenAI's 20 items a request (``param: items``), an ``after`` that names no item
+    of the conversation (``param: after``), an ``include`` the SDK does not define
+    (``param: include``): BadRequestErrors, nothing stored; 20 items pass. Metadata set
+    to null by update is emptied."""
+    async def scenario(sdk: Sdk) -> None:
+        conversation = await sdk.conversations.create(metadata={"a": "b"})
+        too_many = [user_message(f"m{i}") for i in range(21)]
+        for call in (sdk.items.create(conversation.id, items=too_many),
+                     sdk.conversations.create(items=too_many)):
+            with pytest.raises(openai.BadRequestError) as refused:
+                await call
+            assert refused.value.param == "items", refused.value.body
+        assert (await sdk.items.list(conversation.id)).data == []
+        assert len((await sdk.items.create(conversation.id, items=too_many[:20])).data) == 20
+        other = await sdk.conversations.create(items=[user_message("elsewhere")])
+        elsewhere = (await sdk.items.list(other.id)).data[0].id
+        for after in (new_id("msg"), elsewhere):
+            with pytest.raises(openai.BadRequestError) as refused:
+                await sdk.items.list(conversation.id, after=after)
+            assert refused.value.param == "after", refused.value.body
+        with pytest.raises(openai.BadRequestError) as refused:
+            await sdk.items.list(conversation.id, include=["no.such_field"])  # type: ignore[list-item]
+        assert refused.value.param == "include", refused.value.body
+        emptied = await sdk.conversations.update(conversation.id, metadata=None)
+        assert not emptied.metadata and not (await sdk.conversations.retrieve(emptied.id)).metadata
+
+    run(served, mode, scenario)
+
+
+def test_delete_among_the_newest_101(served: Served, mode: str) -> None:
+    """An item deep in a conversation (docs/api.md: among the newest 101) is deleted and
+    everything after it stays as it was, in order; an older one is a BadRequestError."""
+    async def scenario(sdk: Sdk) -> None:
+        sent = mixed_items()
+        conversation = await sdk.conversations.create(items=sent)
+        ids = [item.id for item in (await sdk.items.list(conversation.id, order="asc")).data]
+        ids += await fill(sdk, conversation.id, 100)
+        with pytest.raises(openai.BadRequestError):
+            await sdk.items.delete(ids[0], conversation_id=conversation.id)
+        deepest = ids[-101]
+        assert deepest == ids[5]  # the assistant's annotated answer, under 100 items
+        await sdk.items.delete(deepest, conversation_id=conversation.id)
+        left = ids[:5] + ids[6:]
+        assert [item.id for item in await sdk.every_item(conversation.id, order="asc",
+                                                         limit=100)] == left
+        listed = await sdk.items.list(conversation.id, order="asc", limit=5, include=INCLUDE)
+        for item, one in zip(listed.data, sent[:5], strict=True):
+            assert_item(item, one)
+        assert stored_ids(sdk.served, conversation.id) == left
+
+    run(served, mode, scenario)
+
+
+def test_a_session_written_through_v1(served: Served, mode: str) -> None:
+    """A session written through chathistory's own API is a conversation: its messages
+    are items in the SDK's types (an assistant turn with text and a call is two items),
+    each retrievable and a page boundary; one item of a two-item message cannot be
+    deleted alone; the newest item can."""
+    async def scenario(sdk: Sdk) -> None:
+        turn = [Message.user("Weather in Paris?"),
+                Message.assistant("Let me look.", [{"id": "call_v1", "name": "get_weather",
+                                                    "arguments": {"city": "Paris"}}]),
+                Message.tool_result("call_v1", "18 C, sunny"),
+                Message.assistant("18 C and sunny.")]
+        with sdk.served.client("A") as http:
+            session_id = sdk.served.new_session(http)
+            appended = http.post(f"/v1/sessions/{session_id}/messages",
+                                 json={"messages": [m.to_dict() for m in turn]})
+            assert appended.status_code == 200, appended.text
+        items = await sdk.every_item(session_id, order="asc")
+        assert [item.type for item in items] == [
+            "message", "message", "function_call", "function_call_output", "message"]
+        assert (items[0].role, items[0].content[0].text) == ("user", "Weather in Paris?")
+        assert (items[1].role, items[1].content[0].text) == ("assistant", "Let me look.")
+        assert (items[2].call_id, items[2].name) == ("call_v1", "get_weather")
+        assert json.loads(items[2].arguments) == {"city": "Paris"}
+        assert (items[3].call_id, items[3].output) == ("call_v1", "18 C, sunny")
+        assert items[4].content[0].text == "18 C and sunny."
+        ids = [item.id for item in items]
+        assert len(set(ids)) == 5
+        for item in items:
+            alone = await sdk.items.retrieve(item.id, conversation_id=session_id)
+            assert alone.to_dict() == item.to_dict()
+        one_by_one = await sdk.every_item(session_id, order="asc", limit=1)
+        assert [item.id for item in one_by_one] == ids
+        with pytest.raises(openai.BadRequestError):
+            await sdk.items.delete(ids[2], conversation_id=session_id)
+        await sdk.items.delete(ids[4], conversation_id=session_id)
+        assert [item.id for item in await sdk.every_item(session_id, order="asc")] == ids[:4]
+        assert (await sdk.conversations.retrieve(session_id)).id == session_id
+
+    run(served, mode, scenario)
+
+
+def test_concurrent_item_creates(served: Served, mode: str) -> None:
+    """Eight items.create calls at once on one conversation (gathered: concurrent with
+    the async client) each store their items once, without a conflict."""
+    async def scenario(sdk: Sdk) -> None:
+        conversation = await sdk.conversations.create()
+        batches = [[assistant_message(f"{n}-{i}") for i in range(3)] for n in range(8)]
+        answers = await asyncio.gather(*(sdk.items.create(conversation.id, items=batch)
+                                         for batch in batches))
+        for answer, batch in zip(answers, batches, strict=True):
+            assert [item.id for item in answer.data] == [one["id"] for one in batch]
+        listed = await sdk.every_item(conversation.id, order="asc", limit=100)
+        assert sorted(item.id for item in listed) == sorted(
+            one["id"] for batch in batches for one in batch)
+        positions = {item.id: i for i, item in enumerate(listed)}
+        for batch in batches:  # a batch is stored as one run, in its order
+            first = positions[batch[0]["id"]]
+            assert [positions[one["id"]] for one in batch] == [first, first + 1, first + 2]
+
+    run(served, mode, scenario)
+
+
+def test_an_answer_is_what_is_stored(served: Served, mode: str) -> None:
+    """items.create answers the items the conversation holds: an id already stored
+    (sent again with other content, or twice in one batch) is answered as stored, once,
+    never as the copy that was dropped."""
+    async def scenario(sdk: Sdk) -> None:
+        kept = assistant_message("stored first")
+        conversation = await sdk.conversations.create(items=[kept])
+        other_copy = assistant_message("a different copy", kept["id"])
+        twice = assistant_message("one")
+        batches = [[other_copy], [twice, assistant_message("two", twice["id"])]]
+        for batch in batches:
+            answer = await sdk.items.create(conversation.id, items=batch)
+            ids = [item.id for item in answer.data]
+            assert len(ids) == len(set(ids)), f"one id twice in the answer: {ids}"
+            for item in answer.data:
+                stored = await sdk.items.retrieve(item.id, conversation_id=conversation.id)
+                assert item.to_dict() == stored.to_dict()
+        listed = await sdk.items.list(conversation.id, order="asc")
+        assert [item.content[0].text for item in listed.data] == ["stored first", "one"]
+
+    run(served, mode, scenario)
+
+
+def test_an_empty_batch(served: Served, mode: str) -> None:
+    """items.create with no items: refused naming ``items``, or an empty list the SDK's
+    ``ConversationItemList`` parses (its ``first_id`` and ``last_id`` are strings)."""
+    async def scenario(sdk: Sdk) -> None:
+        conversation = await sdk.conversations.create(items=[])
+        assert (await sdk.items.list(conversation.id)).data == []
+        try:
+            answer = await sdk.items.create(conversation.id, items=[])
+        except openai.BadRequestError as refused:
+            assert refused.param == "items", refused.body
+        else:
+            assert answer.data == [] and answer.has_more is False
+
+    run(served, mode, scenario)
+
+
+@pytest.mark.parametrize("item_id", ["msg_a/b", "msg_a?b#c", "msg_%2F", "msg_ü 🍅"])
+def test_an_item_id_in_a_url(served: Served, mode: str, item_id: str) -> None:
+    """An item id the API accepts is one it can retrieve and delete (the SDK puts it in
+    the path, percent-encoded); else it is refused naming ``items[0].id``."""
+    async def scenario(sdk: Sdk) -> None:
+        conversation = await sdk.conversations.create(items=[user_message("first")])
+        try:
+            await sdk.items.create(conversation.id, items=[assistant_message("x", item_id)])
+        except openai.BadRequestError as refused:
+            assert refused.param == "items[0].id", refused.body
+            return
+        stored = await sdk.items.retrieve(item_id, conversation_id=conversation.id)
+        assert stored.id == item_id
+        await sdk.items.delete(item_id, conversation_id=conversation.id)
+        assert len((await sdk.items.list(conversation.id)).data) == 1
+
+    run(served, mode, scenario)
+
+
+def test_listed_ids_are_unique(served: Served, mode: str) -> None:
+    """The ids listed for a session written through /v1 (one message, two items: ids
+    derived from the message's) stay unique, and pages chain by them, when other
+    messages and items have ids of that shape."""
+    async def scenario(sdk: Sdk) -> None:
+        with sdk.served.client("A") as http:
+            session_id = sdk.served.new_session(http)
+            two_items = Message.assistant("Let me look.", [
+                {"id": "call_u", "name": "f", "arguments": {}}], id="m")
+            for message in (two_items, Message.tool_result("call_u", "r", id="r"),
+                            Message.user("an id of that shape", id="m~1")):
+                appended = http.post(f"/v1/sessions/{session_id}/messages",
+                                     json={"messages": [message.to_dict()]})
+                assert appended.status_code == 200, appended.text
+        listed = [item.id for item in await sdk.every_item(session_id, order="asc")]
+        await sdk.items.create(session_id, items=[assistant_message("again", listed[0])])
+        ids = [item.id for item in await sdk.every_item(session_id, order="asc")]
+        assert len(ids) == len(set(ids)), ids
+        assert [item.id for item in await sdk.every_item(session_id, order="asc",
+                                                         limit=1)] == ids
+        assert [item.id for item in await sdk.every_item(session_id, limit=1)] == ids[::-1]
+        for item_id in ids:
+            assert (await sdk.items.retrieve(item_id, conversation_id=session_id)).id == item_id
 
     run(served, mode, scenario)
