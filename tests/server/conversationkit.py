@@ -92,13 +92,13 @@ class Sdk:
         return await settled(page.get_next_page())
 
 
-def client(served: Served, mode: str, tenant: str = "A", *,
-           api_key: str | None = None) -> openai.OpenAI | openai.AsyncOpenAI:
+def client(served: Served, mode: str, tenant: str = "A", *, api_key: str | None = None,
+           retries: int = 0) -> openai.OpenAI | openai.AsyncOpenAI:
     """An SDK client of ``tenant`` (or with ``api_key``) over ``served``'s OpenAI routes:
-    no retries (errors surface at once) and answers validated strictly."""
+    by default no retries (errors surface at once); answers validated strictly."""
     cls = openai.AsyncOpenAI if mode == "async" else openai.OpenAI
     return cls(base_url=f"{served.url}{PREFIX}", api_key=api_key or served.keys[tenant],
-               max_retries=0, timeout=30, _strict_response_validation=True)
+               max_retries=retries, timeout=30, _strict_response_validation=True)
 
 
 def run(served: Served, mode: str, scenario: Callable[[Sdk], Awaitable[None]]) -> None:

@@ -615,3 +615,33 @@ def test_listed_ids_are_unique(served: Served, mode: str) -> None:
             assert (await sdk.items.retrieve(item_id, conversation_id=session_id)).id == item_id
 
     run(served, mode, scenario)
+
+
+def test_deletes_beside_concurrent_creates(served: Served, mode: str) -> None:
+    """An item deleted from the middle while items.create calls run at once (gathered:
+    concurrent with the async client), with the SDK retrying as it does by default (a
+    409 with ``retry-after-ms`` while the delete runs): every call succeeds, the item is
+    gone, every other item is there once, the older ones in their order."""
+    async def scenario(sdk: Sdk) -> None:
+        retrying = Sdk(client(sdk.served, "async" if sdk.is_async else "sync", retries=5),
+                       sdk.served)
+        conversation = await retrying.conversations.create()
+        ids = await fill(retrying, conversation.id, 80)
+        for round_ in range(3):
+            gone = ids[-50 + round_]
+            batches = [[assistant_message(f"{round_}-{k}-{i}") for i in range(2)]
+                       for k in range(6)]
+            await asyncio.gather(
+                retrying.items.delete(gone, conversation_id=conversation.id),
+                *(retrying.items.create(conversation.id, items=batch) for batch in batches))
+            listed = [item.id for item in await retrying.every_item(
+                conversation.id, order="asc", limit=100)]
+            older = [item_id for item_id in ids if item_id != gone]
+            assert listed[:len(older)] == older, round_
+            assert sorted(listed[len(older):]) == sorted(
+                one["id"] for batch in batches for one in batch), round_
+            ids = listed
+        assert stored_ids(sdk.served, conversation.id) == ids
+        await settled(retrying.client.close())
+
+    run(served, mode, scenario)
