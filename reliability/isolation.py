@@ -547,6 +547,9 @@ SQL_FRAGMENTS: dict[str, dict[str, str]] = {
         "_SELECT_ROWS": "a fixed query prefix built from _ROW",
         "self.synchronous": "checked against _SYNCHRONOUS in __init__",
         "int(self.timeout * 1000)": "an int",
+        "_M_ROW": "a fixed column list: _ROW's columns prefixed with m.",
+        "_PAGE": "a fixed query prefix built from _M_ROW (spans come as a JSON parameter)",
+        "_IN_SPAN": "a fixed subquery over a span of the JSON parameter",
     },
 }
 """Every expression that goes into SQL text in ``stores/*.py``, and why it is safe.
