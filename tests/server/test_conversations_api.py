@@ -226,6 +226,10 @@ BAD_ITEMS = [
     ({"type": "function_call_output", "call_id": "c"}, "items[0].output"),
     (user("x", id=""), "items[0].id"),
     (user("x", id="m" * 201), "items[0].id"),
+    (user("x", id="msg_a/b"), "items[0].id"),  # an id goes into URLs
+    (user("x", id=".."), "items[0].id"),
+    (user("x", id="msg~1"), "items[0].id"),  # the reserved form, naming no item listed
+    (user("x", id="msg~"), "items[0].id"),
 ]
 
 
@@ -353,6 +357,39 @@ def test_messages_written_through_v1_are_items_with_ids_found_again(a: httpx.Cli
     error(a.delete(f"{P}/conversations/{sid}/items/m-both~1"), 400, "item_id")
     assert a.delete(f"{P}/conversations/{sid}/items/m-tool").status_code == 200
     assert stored_ids(a, sid) == ["m-user", "m-both"]
+
+
+def test_listed_ids_never_collide_and_adding_a_listed_id_is_a_no_op(a: httpx.Client) -> None:
+    """A /v1 message whose own id has the derived form is listed with '~' added;
+    items.create naming a listed id stores nothing and answers the item as listed,
+    and naming a message of several items is a 400, the batch refused whole; an
+    empty batch is a 400 naming ``items``."""
+    sid = f"s-{time.time_ns()}"
+    assert a.post("/v1/sessions", json={"id": sid}).status_code == 201
+    turn = [
+        {"id": "m", "role": "assistant", "parts": [
+            {"type": "text", "text": "let me look"},
+            {"type": "tool_call", "id": "call_m", "name": "look", "arguments": {}}]},
+        {"id": "r", "role": "tool", "parts": [
+            {"type": "tool_result", "call_id": "call_m", "content": "found"}]},
+        {"id": "m~1", "role": "user", "parts": [{"type": "text", "text": "that form"}]},
+    ]
+    assert a.post(f"/v1/sessions/{sid}/messages", json={"messages": turn}).status_code == 200
+    items = listed(a, sid, order="asc")["data"]
+    assert [i["id"] for i in items] == ["m~0", "m~1", "r", "m~1~"]
+    assert all_ids(a, sid, "asc", 1) == [i["id"] for i in items]
+    for item in items:
+        assert a.get(f"{P}/conversations/{sid}/items/{item['id']}").json() == item
+    for unknown in ("m~1~~", "r~", "r~0"):
+        error(a.get(f"{P}/conversations/{sid}/items/{unknown}"), 404)
+    again = [user("other text", id=i["id"]) for i in items]
+    answer = a.post(f"{P}/conversations/{sid}/items", json={"items": again})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["data"] == items
+    named_m = {"items": [user("new"), user("x", id="m")]}
+    error(a.post(f"{P}/conversations/{sid}/items", json=named_m), 400, "items[1].id")
+    error(a.post(f"{P}/conversations/{sid}/items", json={"items": []}), 400, "items")
+    assert stored_ids(a, sid) == ["m", "r", "m~1"]
 
 
 @pytest.mark.parametrize("inline_bytes", [20 * 1024 * 1024, 10])

@@ -11,7 +11,10 @@ The mapping (docs/api.md, "OpenAI Conversations API", says it for users):
 - an item is one message whose id is the item's id, stored through
   ``formats.responses_items`` (the item kept exactly, role and parts decoded for
   everything else that reads the session); ``conversations_items`` completes and
-  checks items and shows messages written elsewhere as items;
+  checks items and shows messages written elsewhere as items (under ids that
+  cannot collide: ``conversations_items.listed_id``);
+- ``items.create`` answers the items the conversation then holds under the batch's
+  ids, each once: an id already held is a no-op answered as held, never as sent;
 - lists page by item over positions (the store's row reads, never the whole
   session per page); pages may part a call from its output, as OpenAI's do;
 - errors in OpenAI's shape (``{"error": {"message", "type", "param", "code"}}``) with
@@ -45,10 +48,13 @@ from ..stores.lifecycle import BOOKKEEPING_KEY
 from ..stores.model import Session
 from .app import Context, Endpoint, ErrorStyle, Param, call_store, run
 from .conversations_items import (
+    MAX_ITEMS,
     check_include,
     check_metadata,
+    is_reserved,
     listed_items,
     locate_id,
+    reserved_id,
     stored_items,
 )
 from .errors import HTTPError, error_headers, status_of
@@ -236,14 +242,25 @@ class _Reader:
     def locate(self, item_id: str) -> tuple[int, Message, int | None] | None:
         """The position and message of item ``item_id``, and which of the message's
         items it is (None: its only one)."""
-        for message_id, k in locate_id(item_id):
-            found = self.find(message_id)
-            if found is None:
-                continue
-            count = len(self.items(found[1]))
-            if (k is None and count == 1) or (k is not None and count > 1 and k < count):
-                return found[0], found[1], k
+        place = locate_id(item_id)
+        if place is None:
+            return None
+        message_id, k = place
+        found = self.find(message_id)
+        if found is None:
+            return None
+        count = len(self.items(found[1]))
+        if (k is None and count == 1) or (k is not None and count > 1 and k < count):
+            return found[0], found[1], k
         return None
+
+    def item(self, item_id: str) -> dict[str, Any] | None:
+        """Item ``item_id`` as listed, or None."""
+        found = self.locate(item_id)
+        if found is None:
+            return None
+        _, message, k = found
+        return self.items(message)[k or 0]
 
 
 def _page(reader: _Reader, after: str | None, limit: int, descending: bool
@@ -328,6 +345,64 @@ def _append(store: Store, session_id: str, tenant: str, messages: list[Message])
             continue
     raise HTTPError(409, "conflict", f"conversation {session_id!r} kept changing; try again",
                     _RETRY_SOON)
+
+
+def _added(open_reader: Callable[[], _Reader], messages: list[Message]
+           ) -> list[dict[str, Any]]:
+    """Store the batch's items the conversation lacks, and answer the items it then
+    holds under the batch's ids, each once, in the batch's order: an id already held
+    is answered as held, never as the copy sent (the store keeps the first of an id).
+
+    Checked before anything is stored (a batch is atomic): an id of the reserved
+    form must name an item listed, and an id may not be that of a message that
+    shows as several items (it names none of them)."""
+    reader = open_reader()
+    firsts: dict[str, int] = {}
+    for i, message in enumerate(messages):
+        firsts.setdefault(message.id, i)
+    held: dict[str, dict[str, Any]] = {}
+    fresh: list[Message] = []
+    for item_id, i in firsts.items():
+        path = f"$.items[{i}].id"
+        if is_reserved(item_id):
+            item = reader.item(item_id)
+            if item is None:
+                raise reserved_id(item_id, path)
+            held[item_id] = item
+            continue
+        existing = reader.find(item_id)
+        if existing is None:
+            fresh.append(messages[i])
+            continue
+        items = reader.items(existing[1])
+        if len(items) > 1:
+            raise InvalidMessage(
+                f"id {item_id!r} is that of a message written through /v1 that shows as "
+                f"{len(items)} items ({', '.join(item['id'] for item in items)}), not an "
+                "item's; choose another", path)
+        held[item_id] = items[0]
+    if fresh:
+        session = reader.session
+        _append(reader.store, session.id, session.tenant, fresh)
+        held.update(_read_back(open_reader(), [message.id for message in fresh]))
+    return [held[item_id] for item_id in firsts if item_id in held]
+
+
+def _read_back(reader: _Reader, ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The items listed under ``ids`` (ids of items just appended, each its message's
+    only item), as stored: read from the end, where the append put them, and any not
+    there (a write landed after them) found one by one; one deleted since is left out."""
+    wanted = set(ids)
+    out: dict[str, dict[str, Any]] = {}
+    for message in reader.read(max(0, reader.count - len(ids)), reader.count):
+        items = reader.items(message) if message.id in wanted else []
+        if len(items) == 1:
+            out[message.id] = items[0]
+    for item_id in wanted - out.keys():
+        item = reader.item(item_id)
+        if item is not None:
+            out[item_id] = item
+    return out
 
 
 def _delete_item(reader: _Reader, item_id: str) -> Session:
@@ -477,9 +552,11 @@ async def create_items(ctx: Context) -> Response:
     sid = ctx.param("conversation_id")
     _include(ctx.request)
     body = await ctx.json(ItemsCreateBody)
-    messages = await run(stored_items, body.items)
-    await call_store(_append, ctx.store, sid, ctx.tenant, messages)
-    return _list([item for m in messages for item in listed_items(m)])
+    if not body.items:  # OpenAI's minimum; and an empty answer has no first_id to give
+        raise InvalidMessage(f"items must hold 1 to {MAX_ITEMS} items, not none", "$.items")
+    messages = await run(stored_items, body.items, reserved_ok=True)
+    reader = _reader_for(ctx, sid)
+    return _list(await call_store(_added, reader, messages))
 
 
 async def list_items(ctx: Context) -> Response:
@@ -501,12 +578,10 @@ async def get_item(ctx: Context) -> Response:
     reader = _reader_for(ctx, sid)
 
     def find() -> dict[str, Any]:
-        opened = reader()
-        found = opened.locate(item_id)
-        if found is None:
+        item = reader().item(item_id)
+        if item is None:
             raise _no_item(item_id, sid)
-        _, message, k = found
-        return opened.items(message)[k or 0]
+        return item
 
     return json_response(await call_store(find))
 
@@ -546,7 +621,8 @@ def endpoints(prefix: str) -> list[Endpoint]:
                  "Delete a conversation and its items",
                  responses={200: OpenAIConversationDeleted}, **common),
         Endpoint("POST", items, create_items,
-                 "Add up to 20 items (idempotent by item id)", body=ItemsCreateBody,
+                 "Add 1 to 20 items (idempotent by item id); answers the items held under "
+                 "their ids", body=ItemsCreateBody,
                  responses={200: OpenAIItemList}, query=(_INCLUDE,), **common),
         Endpoint("GET", items, list_items, "List items, a page at a time",
                  responses={200: OpenAIItemList},

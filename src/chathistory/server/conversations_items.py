@@ -11,11 +11,17 @@ Pure functions (no I/O) for ``server.conversations``:
   stored from, else (a message written through ``/v1`` or an adapter) its
   ``to_openai_responses`` encoding, with ids derived from the message id so that
   every listed id can be found again (``locate_id``);
+- listed ids: ``listed_id`` makes them from message ids and ``locate_id`` reads
+  them back. Ids ending in ``~`` and digits (or a bare ``~``) are reserved for
+  derived ids (``is_reserved``): a message of several items shows them as
+  ``<message id>~<k>``, and a message whose own id has that form shows its one
+  item as ``<message id>~``, so no listed id can name two items;
 - the checks of metadata (OpenAI's limits) and of ``include``.
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -30,10 +36,12 @@ __all__ = [
     "MAX_ITEMS",
     "check_include",
     "check_metadata",
-    "derived_id",
+    "is_reserved",
+    "listed_id",
     "listed_items",
     "locate_id",
     "new_item_id",
+    "reserved_id",
     "stored_items",
 ]
 
@@ -91,6 +99,10 @@ _REQUIRED = {
 """What an input item of these types must carry (OpenAI's input schema)."""
 _DERIVED = "~"
 """``<message id>~<k>``: the k-th of the items a message written elsewhere encodes to."""
+_RESERVED = re.compile(r"~[0-9]*\Z")
+"""The end of an id in the form of derived ids (``~`` and ASCII digits, or ``~``)."""
+_MAX_INDEX_DIGITS = 9
+"""A derived id's index has at most this many digits (no message shows more items)."""
 
 
 def new_item_id(kind: str) -> str:
@@ -150,9 +162,11 @@ def _checked(raw: Any, path: str) -> None:
         raise InvalidMessage("arguments must be a string (JSON)", f"{path}.arguments")
     item_id = raw.get("id")
     if item_id is not None and (not isinstance(item_id, str) or not item_id
-                                or len(item_id) > MAX_ID or "\x00" in item_id):
+                                or len(item_id) > MAX_ID or "\x00" in item_id
+                                or "/" in item_id or item_id in (".", "..")):
+        # an item id goes into URLs (.../items/{item_id}): '/' would not route there
         raise InvalidMessage(f"id must be a non-empty string of at most {MAX_ID} characters "
-                             "without NUL", f"{path}.id")
+                             "without NUL or '/', and not '.' or '..'", f"{path}.id")
 
 
 def _check_content(content: Any, path: str) -> None:
@@ -175,10 +189,12 @@ def _check_content(content: Any, path: str) -> None:
                                  f"{where}.{field}")
 
 
-def stored_items(items: Sequence[Any], field: str = "items") -> list[Message]:
+def stored_items(items: Sequence[Any], field: str = "items", *,
+                 reserved_ok: bool = False) -> list[Message]:
     """The messages that store ``items`` (one each, its id the item's id), checked:
-    ``InvalidMessage`` at ``$.<field>[i]...`` for the first item OpenAI would refuse.
-    (CPU work: the work pool.)"""
+    ``InvalidMessage`` at ``$.<field>[i]...`` for the first item OpenAI would refuse,
+    or whose id is reserved (``is_reserved``) unless ``reserved_ok`` (the caller
+    checks that such an id names an item already listed). (CPU work: the work pool.)"""
     if len(items) > MAX_ITEMS:
         raise InvalidMessage(f"at most {MAX_ITEMS} items per request, not {len(items)}",
                              f"$.{field}")
@@ -187,6 +203,8 @@ def stored_items(items: Sequence[Any], field: str = "items") -> list[Message]:
         path = f"$.{field}[{i}]"
         _checked(raw, path)
         item = _completed(raw, None)
+        if not reserved_ok and is_reserved(item["id"]):
+            raise reserved_id(item["id"], f"{path}.id")
         try:
             messages.append(message_of(item, message_id=item["id"]))
         except InvalidMessage as exc:
@@ -198,35 +216,58 @@ Resolver = Callable[[Attachment], "bytes | str"]
 
 
 def listed_items(message: Message, resolver: Resolver | None = None) -> list[dict[str, Any]]:
-    """The items ``message`` shows, each with an id ``locate_id`` finds: the item it was
-    stored from (under the message's id), else its Responses encoding (stored
-    attachments through ``resolver``), under ``derived_id``."""
+    """The items ``message`` shows, each under the id ``listed_id`` gives it (which
+    ``locate_id`` reads back): the item it was stored from, else its Responses
+    encoding (stored attachments through ``resolver``)."""
     kept = kept_item(message)
     if kept is not None:
-        return [_completed(kept, message.id)]
+        return [_completed(kept, listed_id(message.id, 0, 1))]
     try:
         encoded = to_openai_responses([message], resolver=resolver, drop_unsupported=True)
     except InvalidMessage:  # a role the format has no place for: its text, as a message
         text = "\n".join(t for t in (getattr(p, "text", None) for p in message.parts) if t)
         encoded = [{"type": "message", "role": "unknown",
                     "content": [{"type": "input_text", "text": text}]}]
-    return [_completed(item, derived_id(message.id, k, len(encoded)))
+    return [_completed(item, listed_id(message.id, k, len(encoded)))
             for k, item in enumerate(encoded)]
 
 
-def derived_id(message_id: str, k: int, count: int) -> str:
-    """The id of the k-th of ``count`` items a message written elsewhere encodes to."""
-    return message_id if count == 1 else f"{message_id}{_DERIVED}{k}"
+def is_reserved(item_id: str) -> bool:
+    """Whether ``item_id`` has the form of a derived id (it ends in ``~`` and ASCII
+    digits, or in ``~``): an item added through the API may not take it."""
+    return _RESERVED.search(item_id) is not None
 
 
-def locate_id(item_id: str) -> list[tuple[str, int | None]]:
-    """Where item ``item_id`` may be, in the order to look: ``(message id, k)`` (the
-    k-th of its message's items) or ``(message id, None)`` (its only item)."""
-    places: list[tuple[str, int | None]] = [(item_id, None)]
-    base, sep, suffix = item_id.rpartition(_DERIVED)
-    if sep and base and suffix.isdigit() and suffix == str(int(suffix)):
-        places.append((base, int(suffix)))
-    return places
+def reserved_id(item_id: str, path: str) -> InvalidMessage:
+    """The error for an item id of the reserved form that names no item listed."""
+    return InvalidMessage(f"id {item_id!r} ends in '~' and digits (or in '~'), the form "
+                          "of the ids of items of messages written through /v1; choose "
+                          "another", path)
+
+
+def listed_id(message_id: str, k: int, count: int) -> str:
+    """The id of the k-th of the ``count`` items message ``message_id`` shows:
+    ``<message id>~<k>`` for one of several, else the message id, with ``~`` added
+    when it has the reserved form itself. No two (message, k) share an id."""
+    if count > 1:
+        return f"{message_id}{_DERIVED}{k}"
+    return message_id + _DERIVED if is_reserved(message_id) else message_id
+
+
+def locate_id(item_id: str) -> tuple[str, int | None] | None:
+    """The item ``listed_id`` gave ``item_id``: ``(message id, k)`` (the k-th of its
+    message's several items) or ``(message id, None)`` (its only item); None for an
+    id of the reserved form it never gives."""
+    found = _RESERVED.search(item_id)
+    if found is None:
+        return item_id, None
+    base, digits = item_id[:found.start()], found.group()[1:]
+    if not digits:
+        return (base, None) if is_reserved(base) else None
+    canonical = digits == "0" or not digits.startswith("0")
+    if base and canonical and len(digits) <= _MAX_INDEX_DIGITS:
+        return base, int(digits)
+    return None
 
 
 def check_metadata(metadata: Any, field: str = "metadata") -> dict[str, str]:
