@@ -499,6 +499,17 @@ def test_the_prefix_is_configurable_and_documented(tmp_path: Path) -> None:
         assert httpx.post(server.url + "/v1/conversations", json={}).status_code == 200
         assert httpx.post(server.url + P + "/conversations", json={}).status_code == 404
         assert httpx.post(off.url + P + "/conversations", json={}).status_code == 404
+        # no such route: OpenAI's error shape under its prefix, ours elsewhere
+        default = LiveServer(create_app(store, asset_dir=tmp_path / "d")).start()
+        try:
+            assert error(httpx.get(default.url + P + "/responses"), 404)["code"] == "not_found"
+            assert error(httpx.delete(default.url + P + "/conversations"), 405)
+            assert set(httpx.get(default.url + "/v1/nothing").json()["error"]) >= {"type",
+                                                                                 "request_id"}
+        finally:
+            default.stop()
+        assert set(httpx.get(server.url + "/v1/nothing").json()["error"]) >= {"type",
+                                                                           "request_id"}
         document = httpx.get(server.url + "/openapi.json").json()
         operation = document["paths"]["/v1/conversations/{conversation_id}/items"]["get"]
         assert operation["tags"] == ["OpenAI Conversations"]

@@ -404,8 +404,16 @@ async def _not_found(request: Request, exc: Exception) -> Response:
                    and route.methods and route.matches(request.scope)[0] != Match.NONE
                    for method in route.methods}
         headers = {"Allow": ", ".join(sorted(allowed))}
-    return error_response(HTTPError(status, kind, message, headers),
-                          request.scope.get("chathistory.request_id", "-"))
+    error = HTTPError(status, kind, message, headers)
+    request_id = request.scope.get("chathistory.request_id", "-")
+    prefix = getattr(request.app.state, "openai_prefix", None)
+    # under the Conversations API's own prefix, an OpenAI client's path: OpenAI's shape
+    # (with the prefix /v1 the path is as likely ours: ours)
+    if prefix and prefix != "/v1" and request.url.path.startswith(prefix + "/"):
+        from .conversations import openai_error
+
+        return openai_error(error, request_id)
+    return error_response(error, request_id)
 
 
 def create_app(store: Store, *, keys_required: bool = False,
@@ -446,4 +454,5 @@ def create_app(store: Store, *, keys_required: bool = False,
     routes: list[BaseRoute] = [*api, *viewer_routes(), *apidocs_routes()]
     app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_found})
     app.state.service = service
+    app.state.openai_prefix = openai_prefix or None
     return App(app, service, direct_routes(api))
