@@ -40,7 +40,7 @@ import msgspec
 
 from .errors import DuplicateMessage, InvalidMessage
 from .groups import Groups
-from .model import KEPT_ROLES, FilePart, KVStatus, Message, ToolCall, ToolResult
+from .model import KEPT_ROLES, Compaction, FilePart, KVStatus, Message, ToolCall, ToolResult
 from .model.codec import decode_document, encode_document
 from .model.parts import ImagePart, MediaPart, TextPart
 from .reduce.base import AsyncReducer, Reducer, as_reducer
@@ -502,6 +502,25 @@ class History(MutableSequence[Message]):
             raise ValueError(f"recent(n={n}): n must be >= 0")
         return self.range(n, 0) if n else []
 
+    def since_compaction(self, *, keep_system: bool = False) -> list[Message]:
+        """The window a provider reads after its last compaction: the newest message
+        holding a ``Compaction`` part and everything after it (widened back to whole
+        groups, so a call keeps its results); the whole history when there is none.
+
+        Everything earlier is what the compaction stands for: OpenAI and Anthropic
+        ignore it when it is sent, so leaving it out bounds a long session's request.
+        With ``keep_system`` the system and developer messages before it come first.
+        """
+        messages = self._messages
+        n = len(messages)
+        start = next((i for i in range(n - 1, -1, -1)
+                      if any(type(p) is Compaction for p in messages[i].parts)), 0)
+        start, _ = self._grouped().widen(start, n)
+        tail = self._take(start, n)
+        if keep_system:
+            tail = _copies([messages[i] for i in self._kept if i < start]) + tail
+        return tail
+
     def _take(self, start: int, end: int) -> list[Message]:
         groups = self._grouped()
         if not groups.orphans_in(start, end):
@@ -711,6 +730,9 @@ def render_text(message: Message, call_names: dict[str, str] | None = None) -> l
                 lines.extend(_file_line(c) for c in part.content if isinstance(c, MediaPart))
         elif isinstance(part, MediaPart):
             lines.append(_file_line(part))
+        elif isinstance(part, Compaction):
+            lines.append(f"Compaction: {part.text}" if part.text
+                         else f"Compaction ({part.provider}, not readable)")
     if not lines and any(type(p) is not TextPart for p in message.parts):
         lines.append(f"{who}: (reasoning)")
     return lines

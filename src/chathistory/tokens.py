@@ -23,6 +23,7 @@ from typing import Protocol, runtime_checkable
 
 from .model import (
     AudioPart,
+    Compaction,
     FilePart,
     ImagePart,
     Message,
@@ -68,6 +69,16 @@ class TokenCounter(Protocol):
     def count_text(self, text: str) -> int: ...
 
     def count_message(self, message: Message) -> int: ...
+
+
+def compaction_tokens(part: Compaction, count_text: Callable[[str], int]) -> int:
+    """What a provider charges to read a compaction back: the summary's own tokens when
+    it is readable (Anthropic). OpenAI's is encrypted, so this is an estimate: the
+    ciphertext is base64 (3 bytes per 4 characters) of about the summary's size, at
+    about 4 bytes per token; no summary and no data (a failed compaction) is 0."""
+    if part.text:
+        return count_text(part.text)
+    return math.ceil(len(part.data) * 3 / 16) if part.data else 0
 
 
 def openai_image_tokens(width: int | None, height: int | None, detail: str | None = None) -> int:
@@ -116,7 +127,7 @@ class ChatCounter:
         for part in message.parts:
             kind = type(part)
             if kind is TextPart:
-                total += count_text(part.text)  # type: ignore[union-attr]
+                total += count_text(part.text)  # type: ignore[union-attr, arg-type]
             else:
                 total += self._count_part(part)
         return total
@@ -136,6 +147,8 @@ class ChatCounter:
             return count_text(part.text)
         if isinstance(part, Reasoning):
             return count_text(part.text) if part.text else 0
+        if isinstance(part, Compaction):
+            return compaction_tokens(part, count_text)
         if isinstance(part, ImagePart):
             width, height = part.dimensions or (None, None)
             if self.image_formula == "anthropic":

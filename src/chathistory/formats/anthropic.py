@@ -20,6 +20,11 @@ Mapping, both directions:
 - ``tool_use`` / ``tool_result`` (``is_error`` kept); ``thinking`` with its
   ``signature`` and ``redacted_thinking`` with its ``data`` are ``Reasoning`` parts
   and go back unchanged. Reasoning from another provider is not sent.
+- A ``compaction`` block (server-side compaction, beta) is a ``Compaction`` part with
+  ``provider`` ``anthropic``: ``text`` its ``content`` (None when compaction failed),
+  ``data`` its ``encrypted_content``, ``signature``; ``tool_changes`` and
+  ``cache_control`` are kept in provider metadata. It goes back as the same block in
+  an assistant turn; another provider's compaction is not sent.
 - ``input`` must be an object: arguments that are not one (a model's string cut short,
   an array, ...; see ``ToolCall.raw_arguments``) go as ``{"INVALID_JSON": "<string>"}``,
   so the call still pairs with its result and the model sees what it wrote; decoding
@@ -29,18 +34,21 @@ Mapping, both directions:
   ``provider_metadata["anthropic"]`` and goes back on the same block, so a decoded
   request is re-sent with its cache layout (``keep_cache_control=False`` drops it).
   ``cache_breakpoint_id`` adds ``{"type": "ephemeral"}`` on the last block (not a
-  thinking block) of each message it names, keeping a block's own. More than four
-  breakpoints raise. ``Message.name`` has no field and is not sent.
+  thinking block) of each message it names, keeping a block's own. ``cache_plan`` (a
+  ``chathistory.cache.CachePlan`` for Anthropic) adds its breakpoints the same way,
+  with ``"ttl": "1h"`` when the plan's TTL is one hour. More than four breakpoints
+  raise. ``Message.name`` has no field and is not sent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 from ..errors import InvalidMessage
 from ..model import (
     AudioPart,
+    Compaction,
     FilePart,
     ImagePart,
     Message,
@@ -81,6 +89,9 @@ from ._common import (
     with_meta,
 )
 
+if TYPE_CHECKING:
+    from ..cache import CachePlan
+
 __all__ = ["from_anthropic", "to_anthropic"]
 
 NS = "anthropic"
@@ -98,6 +109,7 @@ def to_anthropic(
     resolver: Resolver | None = None,
     role_map: RoleMap | None = None,
     cache_breakpoint_id: str | Collection[str] | None = None,
+    cache_plan: CachePlan | None = None,
     keep_cache_control: bool = True,
     drop_unsupported: bool = False,
 ) -> JSON:
@@ -107,7 +119,10 @@ def to_anthropic(
     gets ``cache_control: {"type": "ephemeral"}``; an id not among ``messages`` raises.
     The ``cache_control`` that ``from_anthropic`` kept on a part goes back on its block
     unless ``keep_cache_control=False`` (then only ``cache_breakpoint_id`` places
-    breakpoints). More than four breakpoints in all raise, as the API refuses them.
+    breakpoints). ``cache_plan`` (from ``chathistory.cache.plan_cache``) places its
+    ``breakpoint_ids`` too, with its TTL (``{"type": "ephemeral", "ttl": "1h"}`` for
+    ``1h``) on every breakpoint placed; a plan for another provider raises. More
+    than four breakpoints in all raise, as the API refuses them.
     Raises ``InvalidMessage`` naming the path for an unknown role, a stored
     attachment without ``resolver``, or a part Anthropic cannot carry (audio, video,
     media in an assistant turn) unless ``drop_unsupported``.
@@ -115,6 +130,14 @@ def to_anthropic(
     opts = Options(resolver, role_map, drop_unsupported, keep_cache_control)
     breakpoints = ({cache_breakpoint_id} if isinstance(cache_breakpoint_id, str)
                    else set(cache_breakpoint_id or ()))
+    cache_control: JSON = {"type": "ephemeral"}
+    if cache_plan is not None:
+        if cache_plan.provider != NS:
+            raise InvalidMessage(f"a cache plan for {cache_plan.provider}, not anthropic",
+                                 "$.cache_plan")
+        breakpoints.update(cache_plan.breakpoint_ids)
+        if cache_plan.ttl != "5m":
+            cache_control["ttl"] = cache_plan.ttl
     system: list[JSON] = []
     turns: list[JSON] = []
     marked: list[str] = []  # where a block carries cache_control, in order
@@ -137,7 +160,7 @@ def to_anthropic(
             cacheable = [b for b in blocks if b["type"] not in _UNCACHEABLE]
             if not cacheable:
                 raise InvalidMessage("the cache breakpoint message has no block to mark", path)
-            cacheable[-1].setdefault("cache_control", {"type": "ephemeral"})
+            cacheable[-1].setdefault("cache_control", dict(cache_control))
             breakpoints.discard(msg.id)
         marked.extend(path for _ in range(_breakpoints(blocks)))
     if breakpoints:
@@ -190,6 +213,10 @@ def _user_blocks(msg: Message, path: str, opts: Options) -> list[JSON]:
             case ToolCall() | Reasoning():
                 raise InvalidMessage("only assistant messages carry tool calls and reasoning",
                                      ppath)
+            case Compaction():
+                if part.provider == NS:
+                    raise InvalidMessage("an Anthropic compaction belongs in an assistant turn",
+                                         ppath)
             case _:
                 assert_never(part)
     return blocks
@@ -221,9 +248,23 @@ def _assistant_blocks(msg: Message, path: str, opts: Options) -> list[JSON]:
                 opts.unsupported("an Anthropic assistant turn cannot carry media", ppath)
             case ToolResult():
                 raise InvalidMessage("tool results belong in a tool or user message", ppath)
+            case Compaction():
+                if part.provider == NS:
+                    blocks.append(_cached(_encode_compaction(part), part, opts))
             case _:
                 assert_never(part)
     return blocks
+
+
+def _encode_compaction(part: Compaction) -> JSON:
+    block: JSON = {"type": "compaction", "content": part.text}
+    if part.data is not None:
+        block["encrypted_content"] = part.data
+    if part.signature is not None:
+        block["signature"] = part.signature
+    if "tool_changes" in meta(part, NS):
+        block["tool_changes"] = meta(part, NS)["tool_changes"]
+    return block
 
 
 def _encode_media(part: ImagePart | AudioPart | FilePart, path: str, opts: Options) -> JSON | None:
@@ -373,6 +414,8 @@ _BLOCK_KEYS = {
     "tool_result": {"type", "tool_use_id", "content", "is_error", "cache_control"},
     "thinking": {"type", "thinking", "signature"},
     "redacted_thinking": {"type", "data"},
+    "compaction": {"type", "content", "encrypted_content", "signature", "tool_changes",
+                   "cache_control"},
 }
 
 
@@ -403,8 +446,22 @@ def _decode_block(raw: Any, path: str, names: dict[str, str]) -> Part:
         case "thinking":
             return Reasoning(text=expect_str(block.get("thinking"), path + ".thinking"),
                              signature=expect_str(block.get("signature"), path + ".signature"))
+        case "compaction":
+            return _decode_compaction(block, path)
         case _:  # redacted_thinking
             return Reasoning(data=expect_str(block.get("data"), path + ".data"))
+
+
+def _decode_compaction(block: Mapping[str, Any], path: str) -> Compaction:
+    def optional(key: str) -> str | None:
+        value = block.get(key)
+        return None if value is None else expect_str(value, f"{path}.{key}")
+
+    changes = block.get("tool_changes")
+    return Compaction(provider=NS, text=optional("content"), data=optional("encrypted_content"),
+                      signature=optional("signature"),
+                      provider_metadata=_kept(block, tool_changes=None if changes is None
+                                              else expect_list(changes, path + ".tool_changes")))
 
 
 def _decode_result(content: Any, path: str) -> str | list[ResultPart]:

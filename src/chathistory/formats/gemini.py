@@ -43,6 +43,7 @@ from typing import Any, assert_never
 from ..errors import InvalidMessage
 from ..model import (
     AudioPart,
+    Compaction,
     FilePart,
     ImagePart,
     MediaPart,
@@ -166,6 +167,8 @@ def _encode_parts(msg: Message, model: bool, path: str, opts: Options,
                 encoded = {"text": part.text, "thought": True} if part.text else {"thought": True}
                 if part.signature is not None:
                     encoded["thoughtSignature"] = part.signature
+            case Compaction():
+                continue  # not sent: only the provider that wrote it can read it
             case _:
                 assert_never(part)
         if encoded is None:

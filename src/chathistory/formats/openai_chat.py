@@ -36,6 +36,7 @@ from typing import Any, assert_never
 from ..errors import InvalidMessage
 from ..model import (
     AudioPart,
+    Compaction,
     FilePart,
     ImagePart,
     Message,
@@ -144,6 +145,8 @@ def _encode_message(msg: Message, role: Role, path: str, opts: Options) -> list[
                 if role is not Role.ASSISTANT:
                     raise InvalidMessage("only assistant messages carry reasoning", ppath)
                 # Not sent: Chat Completions has no request field for reasoning.
+            case Compaction():
+                pass  # not sent: only the provider that wrote it can read it
             case _:
                 assert_never(part)
     out = tool_messages

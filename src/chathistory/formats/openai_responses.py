@@ -21,6 +21,12 @@ Mapping, both directions:
   the summary texts joined by blank lines; the item ``id`` (and the summary list when
   it has several entries, and any ``content``) is kept and sent back. Reasoning not
   decoded from this API (no item id) cannot be replayed and is not sent.
+- A ``compaction`` item (``/responses/compact`` or automatic compaction) is a
+  ``Compaction`` part with ``provider`` ``openai_responses``, ``data`` its
+  ``encrypted_content``, the item ``id`` and ``created_by`` kept in provider
+  metadata; it is decoded into an assistant message of its own and sent back as the
+  same item from a message of any role. A compaction written by another provider is
+  not sent (OpenAI cannot read it).
 - Decoding groups consecutive assistant-side items (reasoning, assistant messages,
   function calls) into one assistant message, and each ``function_call_output``
   into one ``tool`` message. ``id`` / ``status`` on user-side messages are API
@@ -35,6 +41,7 @@ from typing import Any, assert_never
 from ..errors import InvalidMessage
 from ..model import (
     AudioPart,
+    Compaction,
     FilePart,
     ImagePart,
     Message,
@@ -121,6 +128,9 @@ def _encode_input(msg: Message, role: Role, path: str, opts: Options) -> list[JS
             case ToolCall() | Reasoning():
                 raise InvalidMessage("only assistant messages carry tool calls and reasoning",
                                      ppath)
+            case Compaction():
+                if part.provider == NS:
+                    items.append(_encode_compaction(part))
             case _:
                 assert_never(part)
     if content:
@@ -151,9 +161,23 @@ def _encode_assistant(msg: Message, path: str, opts: Options) -> list[JSON]:
                 opts.unsupported("an assistant message cannot carry media", ppath)
             case ToolResult():
                 raise InvalidMessage("tool results belong in a tool or user message", ppath)
+            case Compaction():
+                if part.provider == NS:
+                    items.append(_encode_compaction(part))
             case _:
                 assert_never(part)
     return items
+
+
+def _encode_compaction(part: Compaction) -> JSON:
+    info = meta(part, NS)
+    item: JSON = {"type": "compaction"}
+    if "id" in info:
+        item["id"] = info["id"]
+    item["encrypted_content"] = part.data or ""
+    if "created_by" in info:
+        item["created_by"] = info["created_by"]
+    return item
 
 
 def _encode_output_text(part: TextPart, items: list[JSON]) -> None:
@@ -226,6 +250,7 @@ _KNOWN = {
                                 "namespace"}),
     "function_call_output": frozenset({"type", "call_id", "output", "id", "status", "name"}),
     "reasoning": frozenset({"type", "id", "summary", "content", "encrypted_content", "status"}),
+    "compaction": frozenset({"type", "id", "encrypted_content", "created_by"}),
 }
 
 
@@ -258,6 +283,10 @@ def from_openai_responses(items: Iterable[Mapping[str, Any]]) -> list[Message]:
             if role not in ("user", "system", "developer"):
                 raise InvalidMessage(f"unsupported role {role!r}", path + ".role")
             out.append(message(role, _decode_content(item.get("content"), path), path))
+            continue
+        if kind == "compaction":  # a message of its own: a window can start at it
+            flush()
+            out.append(message("assistant", [_decode_compaction(item, path)], path))
             continue
         if kind == "function_call_output":
             flush()
@@ -326,6 +355,17 @@ def _decode_reasoning(item: Mapping[str, Any], path: str) -> Reasoning:
             **({"content": item["content"]} if item.get("content") else {}),
         }},
     )
+
+
+def _decode_compaction(item: Mapping[str, Any], path: str) -> Compaction:
+    item_id, created_by = item.get("id"), item.get("created_by")
+    return Compaction(
+        provider=NS,
+        data=expect_str(item.get("encrypted_content"), path + ".encrypted_content"),
+        provider_metadata=with_meta(
+            NS, id=expect_str(item_id, path + ".id") if item_id is not None else None,
+            created_by=(expect_str(created_by, path + ".created_by")
+                        if created_by is not None else None)))
 
 
 def _decode_content(content: Any, path: str) -> list[Part]:

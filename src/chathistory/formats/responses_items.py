@@ -28,8 +28,10 @@ Items ``from_openai_responses`` does not take are mapped here:
   neither summary nor encrypted content) is a reasoning part carrying the item id
   (as its signature, so the part is not empty), which ``to_openai_responses`` sends
   back as the same item;
+- a ``compaction`` item is decoded by ``from_openai_responses``: an assistant
+  message holding a ``Compaction`` part, so ``History.since_compaction`` finds it;
 - anything else (hosted tool calls such as ``web_search_call`` or ``mcp_call``,
-  ``item_reference``, ``compaction``, ...) is a message of the item's role
+  ``item_reference``, ...) is a message of the item's role
   (``assistant`` if it has none) whose text is the item as JSON.
 """
 

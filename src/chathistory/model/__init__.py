@@ -5,6 +5,7 @@ from .message import KEPT_ROLES, KVStatus, Message, Role
 from .parts import (
     Attachment,
     AudioPart,
+    Compaction,
     FilePart,
     ImagePart,
     MediaPart,
@@ -21,6 +22,7 @@ __all__ = [
     "KEPT_ROLES",
     "Attachment",
     "AudioPart",
+    "Compaction",
     "FilePart",
     "ImagePart",
     "KVStatus",

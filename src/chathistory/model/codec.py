@@ -22,7 +22,7 @@ import msgspec
 
 from ..errors import InvalidMessage
 from .message import Message
-from .parts import Attachment, MediaPart, Part, ToolResult
+from .parts import Attachment, Compaction, MediaPart, Part, ToolResult
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -37,7 +37,12 @@ __all__ = [
 SCHEMA_VERSION = 1
 """Version of the serialized form. Every version ever released still decodes."""
 
-_SUPPORTED_VERSIONS = frozenset({1})
+COMPACTION_SCHEMA_VERSION = 2
+"""The version of a document holding a ``Compaction`` part: a reader of version 1
+does not know the part, so it refuses the document (``$.schema_version``) instead of
+failing on the part or losing it. Documents without one stay version 1."""
+
+_SUPPORTED_VERSIONS = frozenset({SCHEMA_VERSION, COMPACTION_SCHEMA_VERSION})
 _M = TypeVar("_M", bound=MediaPart)
 
 
@@ -147,11 +152,14 @@ def encode_document(messages: Iterable[Message], metadata: dict[str, Any] | None
     """The versioned JSON document of ``messages``, attachments stored once by hash."""
     assets: dict[str, bytes] = {}
     out: list[Message] = []
+    version = SCHEMA_VERSION
     for msg in messages:
         if _has_inline_media(msg):
             msg = msgspec.structs.replace(msg, parts=[strip_part(p, assets) for p in msg.parts])
+        if any(type(p) is Compaction for p in msg.parts):
+            version = COMPACTION_SCHEMA_VERSION
         out.append(msg)
-    doc = Document(schema_version=SCHEMA_VERSION, messages=out, assets=assets,
+    doc = Document(schema_version=version, messages=out, assets=assets,
                    metadata=metadata or {})
     return _encoder.encode(doc)
 

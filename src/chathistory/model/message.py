@@ -30,6 +30,7 @@ from .parts import (
     MAX_ATTACHMENT_BYTES,
     Attachment,
     AudioPart,
+    Compaction,
     FilePart,
     ImagePart,
     MediaPart,
@@ -325,6 +326,10 @@ class Message(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
             elif isinstance(part, MediaPart):
                 _check_media(part, path)
                 has_content = True
+            elif isinstance(part, Compaction):
+                if not part.provider:
+                    raise InvalidMessage("a compaction names its provider", path + ".provider")
+                has_content = True  # even with no summary: the provider wants it back
             else:
                 raise InvalidMessage(f"unknown part type {type(part).__name__}", path)
         if not has_content:

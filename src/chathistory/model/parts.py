@@ -20,6 +20,7 @@ from ._sniff import image_size, modality_of, sniff_mime
 __all__ = [
     "Attachment",
     "AudioPart",
+    "Compaction",
     "FilePart",
     "ImagePart",
     "MediaPart",
@@ -304,5 +305,24 @@ class Reasoning(_Part, tag="reasoning", frozen=True):
     data: str | None = None
 
 
-Part: TypeAlias = TextPart | ImagePart | AudioPart | FilePart | ToolCall | ToolResult | Reasoning
+class Compaction(_Part, tag="compaction", frozen=True):
+    """A provider's compaction of the conversation before it: what the provider reads
+    instead of everything earlier (OpenAI Responses ``compaction`` item, Anthropic
+    ``compaction`` block).
+
+    ``provider`` is the format that wrote it (``openai_responses``, ``anthropic``):
+    only that provider can read ``data`` and ``signature``, which go back unchanged.
+    ``text`` is the readable summary when the provider gives one (Anthropic), None
+    otherwise (OpenAI's is encrypted; an Anthropic compaction that failed has none).
+    Item ids and other fields to echo are in ``provider_metadata[provider]``.
+    """
+
+    provider: str
+    text: str | None = None
+    data: str | None = None
+    signature: str | None = None
+
+
+Part: TypeAlias = (TextPart | ImagePart | AudioPart | FilePart | ToolCall | ToolResult | Reasoning
+                   | Compaction)
 """Any content part; JSON carries the kind in ``type``."""
