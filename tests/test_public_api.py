@@ -13,6 +13,7 @@ HOMES = {
     "AsyncStore": "chathistory.stores.aio",
     "Attachment": "chathistory.model",
     "AudioPart": "chathistory.model",
+    "CachePlan": "chathistory.cache.plan",
     "ChatHistoryError": "chathistory.errors",
     "Conflict": "chathistory.errors",
     "ContextWindow": "chathistory.window",
@@ -43,6 +44,7 @@ HOMES = {
     "get_counter": "chathistory.tokens",
     "open_async_store": "chathistory.stores.aio",
     "open_store": "chathistory.stores",
+    "plan_cache": "chathistory.cache.plan",
 }
 EXPECTED = sorted([*HOMES, "__version__"])
 

@@ -4,6 +4,7 @@ Keep the messages of a conversation, and build for every turn the part of it
 that goes to the model: by count or token budget, pair-safe, cache-friendly.
 """
 
+from .cache import CachePlan, plan_cache
 from .errors import (
     ChatHistoryError,
     Conflict,
@@ -42,6 +43,7 @@ __all__ = [
     "AsyncStore",
     "Attachment",
     "AudioPart",
+    "CachePlan",
     "ChatHistoryError",
     "Conflict",
     "ContextWindow",
@@ -73,4 +75,5 @@ __all__ = [
     "get_counter",
     "open_async_store",
     "open_store",
+    "plan_cache",
 ]

@@ -37,6 +37,7 @@ Rules every adapter follows:
 
 from ._common import Resolver, RoleMap
 from .anthropic import from_anthropic, to_anthropic
+from .cache_fields import cache_request_fields
 from .gemini import from_gemini, to_gemini
 from .openai_chat import from_openai_chat, to_openai_chat
 from .openai_responses import from_openai_responses, to_openai_responses
@@ -44,6 +45,7 @@ from .openai_responses import from_openai_responses, to_openai_responses
 __all__ = [
     "Resolver",
     "RoleMap",
+    "cache_request_fields",
     "from_anthropic",
     "from_gemini",
     "from_openai_chat",
