@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chathistory import Message, NotFound, Reasoning, TextPart
+from chathistory import Message, NotFound, Part, Reasoning, TextPart
 from chathistory.cache import CachePlan, cache_rules, plan_cache, prompt_cache_key
 from chathistory.formats import to_anthropic
 from chathistory.tokens import cached_count, get_counter
@@ -135,7 +135,7 @@ def conversations(draw: st.DrawFn) -> list[Message]:
         role = "user" if i % 2 else "assistant"
         texts = [TextPart(text="x" * draw(st.integers(1, 3000)))
                  for _ in range(draw(st.integers(0 if role == "assistant" else 1, 4)))]
-        parts: list = list(texts)
+        parts: list[Part] = list(texts)
         if role == "assistant" and (not texts or draw(st.booleans())):
             parts.insert(0, Reasoning(text="hm", signature="sig"))  # a block taking no mark
         msgs.append(Message(role=role, parts=parts, id=f"m{i}"))
