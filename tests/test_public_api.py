@@ -15,6 +15,7 @@ HOMES = {
     "AudioPart": "chathistory.model",
     "CachePlan": "chathistory.cache.plan",
     "ChatHistoryError": "chathistory.errors",
+    "Compaction": "chathistory.model",
     "Conflict": "chathistory.errors",
     "ContextWindow": "chathistory.window",
     "DuplicateMessage": "chathistory.errors",

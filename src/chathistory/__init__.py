@@ -20,6 +20,7 @@ from .history import History
 from .model import (
     Attachment,
     AudioPart,
+    Compaction,
     FilePart,
     ImagePart,
     KVStatus,
@@ -45,6 +46,7 @@ __all__ = [
     "AudioPart",
     "CachePlan",
     "ChatHistoryError",
+    "Compaction",
     "Conflict",
     "ContextWindow",
     "DuplicateMessage",
