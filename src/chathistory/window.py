@@ -29,12 +29,13 @@ a resumed session restores its layout without re-tokenizing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
 
-from .errors import ChatHistoryError
+from .cache import CachePlan, CacheRules, cache_rules, plan_cache
+from .errors import ChatHistoryError, NotFound
 from .groups import Groups
 from .model import KVStatus, Message
 from .reduce.base import KEPT_ROLES
@@ -44,6 +45,8 @@ __all__ = ["DEFAULT_LOW_WATER_RATIO", "ContextOverflow", "ContextWindow", "Windo
 
 DEFAULT_LOW_WATER_RATIO = 0.625
 """Default ``low_water_tokens`` as a share of ``max_tokens``."""
+DEFAULT_CACHE_HORIZON = 8
+"""Turns ahead that cost-aware eviction (``cache=``) weighs a cut over."""
 DEFAULT_PIN_RATIO = 0.25
 """Default ``pin_tokens`` as a share of ``max_tokens``.
 
@@ -75,6 +78,9 @@ class WindowPlan(msgspec.Struct, kw_only=True):
     cache_breakpoint_id: str | None = None
     """Where to put a provider cache breakpoint (Anthropic ``cache_control``): the
     last message, since with hysteresis the whole prompt is the next turn's prefix."""
+    cache_plan: CachePlan | None = None
+    """With ``ContextWindow(cache=...)``: the provider's cache plan for this prompt
+    (``chathistory.plan_cache`` given the previous turn's), which eviction reads."""
 
     @property
     def message_ids(self) -> list[str]:
@@ -94,6 +100,8 @@ class ContextWindow:
         *,
         keep_system: bool = True,
         pin_tokens: int | None = None,
+        cache: CacheRules | str | None = None,
+        cache_horizon: int = DEFAULT_CACHE_HORIZON,
     ) -> None:
         low = int(max_tokens * DEFAULT_LOW_WATER_RATIO) if low_water_tokens is None else (
             low_water_tokens)
@@ -114,6 +122,15 @@ class ContextWindow:
         self._seen = 0
         self._seen_last: Message | None = None
         self._seen_edits: tuple[int, int] | None = None  # (id of the History, its edits)
+        # Cost-aware eviction (cache=): the provider's rules, the last turn's cache plan,
+        # the last prompt's size and the tokens a turn appends (a running mean).
+        self.cache_rules = _rules(cache)
+        if cache_horizon < 1:
+            raise ValueError("need cache_horizon >= 1")
+        self.cache_horizon = cache_horizon
+        self._cache_plan: CachePlan | None = None
+        self._last_total = 0
+        self._growth = 0.0
 
     # ------------------------------------------------------------------ planning
 
@@ -143,17 +160,28 @@ class ContextWindow:
                 used, end = used + cost, e
             return end
 
+        def evict_from(mid: int, target: int) -> int:
+            """Where the kept tail starts when whole groups leave from ``mid`` on
+            until the prompt is at most ``target`` (the newest group always stays)."""
+            freed, start = 0, mid
+            for s, e, _ in groups.spans(mid):
+                if total - freed <= target or e == len(rest):
+                    break
+                freed += sum(sizes[m.id] for m in rest[s:e])
+                start = e
+            return start
+
+        if self.cache_rules is not None:
+            self._growth = _mean(self._growth, total - self._last_total, self._last_total)
         for head in dict.fromkeys((head_end(True), head_end(False), 0)):
-            start = head
+            mid = start = head
             if total > self.max_tokens:
-                need = total - self.low_water_tokens
-                freed = 0
-                for s, e, _ in groups.spans(head):
-                    if freed >= need or e == len(rest):
-                        break  # the newest group always stays
-                    freed += sum(sizes[m.id] for m in rest[s:e])
-                    start = e
-            keep = {id(rest[i]) for i in groups.sendable(0, head)}
+                if self.cache_rules is None:
+                    start = evict_from(head, self.low_water_tokens)
+                else:
+                    mid, start = self._cheapest_cut(live, rest, sizes, total, head,
+                                                    [e for _, e, _ in spans], evict_from)
+            keep = {id(rest[i]) for i in groups.sendable(0, mid)}
             keep.update(id(rest[i]) for i in groups.sendable(start, len(rest)))
             prompt = [m for m in live if m.role in self.keep_roles or id(m) in keep]
             used_total = counter.priming_tokens + sum(sizes[m.id] for m in prompt)
@@ -183,6 +211,13 @@ class ContextWindow:
             head_count += 1
         reused = self._place(prompt, sizes)
         used = total - counter.priming_tokens
+        cache_plan = None
+        if self.cache_rules is not None:
+            rules = self.cache_rules
+            cache_plan = self._cache_plan = plan_cache(
+                prompt, provider=rules.provider, model=rules.model, counter=counter,
+                previous=self._cache_plan)
+            self._last_total = total
         return WindowPlan(
             messages=prompt,
             reused_prefix_tokens=reused,
@@ -191,7 +226,82 @@ class ContextWindow:
             total_tokens=total,
             head_count=head_count,
             cache_breakpoint_id=prompt[-1].id if prompt else None,
+            cache_plan=cache_plan,
         )
+
+    def _cheapest_cut(self, live: list[Message], rest: list[Message], sizes: dict[str, int],
+                      total: int, head: int, span_ends: list[int],
+                      evict_from: Callable[[int, int], int]) -> tuple[int, int]:
+        """``(mid, start)``: keep the tail's groups before ``mid`` and from ``start`` on,
+        the cut among a few candidates whose expected price per prompt token over the
+        next ``cache_horizon`` turns is lowest under the provider's rules (a cut
+        rewrites everything after the cached prefix it keeps). Candidates: today's
+        (oldest after the pinned head, down to low water); a deeper one (half the
+        hysteresis band further), so fewer rewrites follow; and cuts that keep the
+        tail's oldest groups up to a cache entry of the last turn and evict after them,
+        the kept prefix at most halfway from the pinned head to low water. Ties go to
+        today's cut."""
+        rules = self.cache_rules
+        assert rules is not None
+        previous = self._cache_plan
+        low, top = self.low_water_tokens, self.max_tokens
+        before = [0]  # tokens of rest[:i]
+        for m in rest:
+            before.append(before[-1] + sizes[m.id])
+        fixed = total - before[-1]  # the priming and the kept roles
+
+        def cached_after(mid: int) -> int:
+            """Cached tokens the prompt keeps when ``rest[mid]`` is the first to leave."""
+            if previous is None:
+                return 0
+            try:
+                return previous.cached_tokens() - previous.invalidated_by(rest[mid].id)
+            except NotFound:  # not in the last prompt: all before it is as it was
+                return previous.cached_tokens()
+
+        candidates = [(head, evict_from(head, low))]
+        deeper = low - (top - low) // 2
+        if deeper > fixed + before[head]:
+            candidates.append((head, evict_from(head, deeper)))
+        if previous is not None:
+            cap = fixed + before[head] + (low - fixed - before[head]) // 2
+            mids = [e for e in span_ends if e > head and fixed + before[e] <= cap
+                    and e < len(rest)]
+            if rules.max_breakpoints:  # entries only where breakpoints were
+                entry_ids = {previous.message_ids[i] for i in previous.entries}
+                mids = [e for e in mids if rest[e - 1].id in entry_ids]
+            else:  # automatic: any prefix; the deepest keeps the most
+                mids = mids[-1:]
+            candidates += [(mid, evict_from(mid, low)) for mid in mids]
+        head_cached = rules.cacheable(fixed + before[head])
+        best, best_price = candidates[0], float("inf")
+        for mid, start in candidates:
+            kept = total - (before[start] - before[mid])
+            if start == mid or kept > top:
+                continue
+            price = self._expected_price(kept, min(cached_after(mid), kept), head_cached)
+            if price < best_price:
+                best, best_price = (mid, start), price
+        return best
+
+    def _expected_price(self, size: float, cached: int, head_cached: int) -> float:
+        """Expected input cost per prompt token over the next ``cache_horizon`` turns
+        after a cut leaving ``size`` tokens with ``cached`` of them read from the cache:
+        each later turn appends the running mean and reads the last prompt, and an
+        overflow evicts down to low water, re-writing all after the pinned head."""
+        rules = self.cache_rules
+        assert rules is not None
+        read, write = rules.read_multiplier, rules.write_multiplier[rules.ttls[0]]
+        cost, tokens = cached * read + (size - cached) * write, size
+        for _ in range(self.cache_horizon - 1):
+            if size + self._growth > self.max_tokens:
+                size, cached = self.low_water_tokens, min(head_cached, self.low_water_tokens)
+            else:
+                cached = rules.cacheable(int(size))
+                size += self._growth
+            cost += cached * read + (size - cached) * write
+            tokens += size
+        return cost / tokens if tokens else 0.0
 
     def _candidates(self, history: Sequence[Message]) -> list[Message]:
         """The messages this plan considers, none evicted: the last plan's (loaded or
@@ -259,6 +369,10 @@ class ContextWindow:
             "layout": [[i, s] for i, s in self._layout],
             "pending": list(self._pending),
             "pinned": sorted(self._pinned),
+            **({} if self.cache_rules is None else {
+                "cache": "/".join(filter(None, (self.cache_rules.provider,
+                                                self.cache_rules.model))),
+                "cache_horizon": self.cache_horizon}),
         }
 
     @classmethod
@@ -267,7 +381,8 @@ class ContextWindow:
         """Restore a window; ``history`` reconnects pending messages for ``commit``."""
         window = cls(data["max_tokens"], counter or data["counter"], data["low_water_tokens"],
                      keep_system=data.get("keep_system", True),
-                     pin_tokens=data.get("pin_tokens"))
+                     pin_tokens=data.get("pin_tokens"), cache=data.get("cache"),
+                     cache_horizon=data.get("cache_horizon", DEFAULT_CACHE_HORIZON))
         window._layout = [(str(i), int(s)) for i, s in data.get("layout", [])]
         # Evicted messages carry MARKED/UNLOADED in their kv_status (and a store
         # hides marked ones), so the state does not grow with every eviction.
@@ -275,3 +390,19 @@ class ContextWindow:
         by_id = {m.id: m for m in history}
         window._pending = {i: by_id[i] for i in data.get("pending", []) if i in by_id}
         return window
+
+
+def _rules(cache: CacheRules | str | None) -> CacheRules | None:
+    """``cache=`` as rules: ``"anthropic"`` or ``"anthropic/claude-sonnet-4-5"``."""
+    if cache is None or isinstance(cache, CacheRules):
+        return cache
+    provider, _, model = cache.partition("/")
+    return cache_rules(provider, model or None)
+
+
+def _mean(growth: float, appended: int, last_total: int) -> float:
+    """The running mean of tokens a turn appends (the first turn and a shrunk
+    history tell nothing)."""
+    if not last_total or appended < 0:
+        return growth
+    return float(appended) if not growth else (growth + appended) / 2
