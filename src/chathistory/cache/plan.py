@@ -129,6 +129,7 @@ def plan_cache(
     expected_reuses: int = 0,
     cache_hours: float = 1.0,
     storage_per_hour: float | None = None,
+    rules: CacheRules | None = None,
 ) -> CachePlan:
     """The cache plan for sending ``messages`` to ``model`` of ``provider``
     (``anthropic``, ``openai``, ``gemini``), given the ``previous`` turn's plan.
@@ -139,8 +140,13 @@ def plan_cache(
     pays off when ``expected_reuses * (1 - read_multiplier) > storage_per_hour *
     cache_hours`` (per token; ``storage_per_hour`` is the storage price per token-hour
     divided by the input price per token, from the rules unless given).
+    ``rules`` replaces the provider's rules from ``rules.json`` (its ``provider`` must
+    be ``provider``): a what-if, or a price the data file does not hold yet.
     """
-    rules = cache_rules(provider, model)
+    if rules is None:
+        rules = cache_rules(provider, model)
+    elif rules.provider != provider:
+        raise ValueError(f"rules for {rules.provider!r} given for provider {provider!r}")
     ttl = ttl or rules.ttls[0]
     if ttl not in rules.ttls:
         raise ValueError(f"{provider} caches for {rules.ttls}, not {ttl!r}")
