@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import foundation, service, stores, window, writes
+from . import cache, foundation, service, stores, window, writes
 
 SUITES: dict[str, Callable[..., dict[str, Any]]] = {
     "foundation": foundation.run,
@@ -19,6 +19,7 @@ SUITES: dict[str, Callable[..., dict[str, Any]]] = {
     "service": service.run,
     "stores": stores.run,
     "writes": writes.run,
+    "cache": cache.run,
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 
