@@ -216,7 +216,7 @@ class ContextWindow:
             rules = self.cache_rules
             cache_plan = self._cache_plan = plan_cache(
                 prompt, provider=rules.provider, model=rules.model, counter=counter,
-                previous=self._cache_plan)
+                previous=self._cache_plan, rules=rules)
             self._last_total = total
         return WindowPlan(
             messages=prompt,
