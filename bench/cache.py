@@ -69,6 +69,7 @@ class CacheRow:
     over_budget: int | None = None
     cost_ratio: float | None = None  # all requests: plan cost / prompt tokens
     mean_prompt: float | None = None
+    mean_cost: float | None = None  # per request, uncached-token equivalents
     status: str = "ok"
     note: str = ""
     per_request: dict[str, list[int]] = field(default_factory=dict)
@@ -99,6 +100,7 @@ def replay(run: PolicyRun, provider: str, model: str, budget: int) -> CacheRow:
     row.over_budget = sum(t + peers.PRIMING_TOKENS > budget for t in totals)
     row.cost_ratio = sum(costs) / max(1, sum(totals))
     row.mean_prompt = statistics.fmean(totals) + peers.PRIMING_TOKENS
+    row.mean_cost = statistics.fmean(costs)
     return row
 
 
@@ -348,16 +350,19 @@ def table(title: str, rows: list[CacheRow], budget: int,
           out: Callable[[str], None]) -> dict[str, Any]:
     out("")
     out(title)
+    default_cost = next((r.mean_cost for r in rows if r.policy.startswith("default")), None)
     body = []
     for r in rows:
-        if r.cached_share is None:
-            body.append([r.policy, r.status, "", "", "", "", ""])
+        if r.cached_share is None or r.mean_cost is None:
+            body.append([r.policy, r.status, "", "", "", "", "", ""])
             continue
+        per_default = f"{r.mean_cost / default_cost:.2f}x" if default_cost else "-"
         body.append([r.policy, f"{r.requests:,}", f"{r.cached_share:.1%}",
                      f"{r.written_per_request:,.0f}", f"{r.over_budget:,}",
-                     f"{r.cost_ratio:.3f}", f"{r.mean_prompt:,.0f}"])
+                     f"{r.cost_ratio:.3f}", f"{r.mean_prompt:,.0f}", per_default])
     print_table(["policy", "requests", "cached (steady)", "written/request",
-                 "over budget", "cost vs uncached", "mean prompt"], body, out)
+                 "over budget", "cost vs uncached", "mean prompt", "cost/request vs default"],
+                body, out)
     for r in rows:
         if r.note:
             out(f"  note: {r.policy}: {r.note}")
