@@ -22,6 +22,13 @@ A plan reads only the messages appended since the last plan, besides the window'
 the window, not the conversation (8,000-token window, add + plan + commit per turn:
 433 us at 1,000 messages, 447 us at 64,000; it was 0.44 ms and 2.6 ms).
 
+With ``cache=`` (a provider, ``provider/model`` or ``CacheRules``) the window plans the
+provider's prompt cache every turn (``WindowPlan.cache_plan``) and, when it must evict,
+takes the cut with the lowest expected price per prompt token over the next
+``cache_horizon`` turns among today's, a deeper one and cuts that keep the tail's oldest
+groups up to a cache entry (``docs/reduce.md``, Prompt caching). Without it, nothing
+changes.
+
 The plan is a value (``msgspec`` struct) and the window's layout serializes
 (``to_dict`` / ``from_dict``): with the token counts cached in the messages,
 a resumed session restores its layout without re-tokenizing.
@@ -90,7 +97,8 @@ class WindowPlan(msgspec.Struct, kw_only=True):
 class ContextWindow:
     """Lays out prompts within ``max_tokens``, evicting in chunks down to
     ``low_water_tokens`` (default 62.5% of ``max_tokens``) while keeping system
-    messages and a pinned head of ``pin_tokens`` (default 25%)."""
+    messages and a pinned head of ``pin_tokens`` (default 25%); with ``cache=``, where
+    the provider's prompt cache makes the next ``cache_horizon`` turns cheapest."""
 
     def __init__(
         self,
