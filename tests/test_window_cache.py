@@ -106,15 +106,21 @@ def _drive(messages: list[Message], data: st.DataObject) -> None:
         rest = [m for m in live if m.role not in KEPT_ROLES]
         spans = ref_groups(rest)
         sendable = {m.id for s, e, ok in spans if ok for m in rest[s:e]}
+        used = 0
+        for s, e, _ in spans:  # the first groups within pin_tokens join the pinned
+            if used + cost(rest[s:e]) > window.pin_tokens:
+                break
+            used += cost(rest[s:e])
+            pinned |= {m.id for m in rest[s:e]}
         if not pinned & sendable <= set(ids):  # orphan results are never sent
-            newest_start = spans[-1][0]
-            must = [m for m in live if m.role in KEPT_ROLES or m.id in pinned] + [
-                m for m in rest[newest_start:] if m.id not in pinned]
-            assert PRIMING + cost(must) > top
+            # a pinned group stays whole (with what joined it since), and the newest
+            held = [m for s, e, _ in spans if any(m.id in pinned for m in rest[s:e])
+                    or e == len(rest) for m in rest[s:e]]
+            assert PRIMING + cost([m for m in live if m.role in KEPT_ROLES] + held) > top
         assert set(plan.evicted_ids) == {m.id for m in live} - set(ids)
         assert plan.cache_plan is not None and set(plan.cache_plan.message_ids) == set(ids)
         evicted |= set(plan.evicted_ids)
-        pinned = set(window._pinned)
+        pinned &= set(ids)
         if data.draw(st.booleans(), label="commit"):
             window.commit()
 
