@@ -598,9 +598,20 @@ class ChathistoryWindowPeer(WindowPeer):
         self.name = name or f"chathistory ContextWindow({budget})"
         self.plans: list[Any] = []  # every WindowPlan, to check its own numbers
 
+    def source(self, obj: Any) -> int:
+        """By message id: selections (``by_tokens``) return copies of the stored messages,
+        which keep the id but are other objects."""
+        return self._by_id[obj.id]
+
+    def _register(self, obj: Any) -> Any:
+        self._by_id[obj.id] = self._next
+        return super()._register(obj)
+
     def start(self, system: str) -> None:
         module = _chathistory()
         from chathistory.window import ContextWindow
+
+        self._by_id: dict[str, int] = {}
 
         self.history = module.History(counter=ENCODING)
         self.history.add(self._register(module.Message.system(system)))
