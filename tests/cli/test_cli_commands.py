@@ -55,9 +55,10 @@ def test_sessions_listing(cli: Run, loaded: str) -> None:
                "--store", loaded).json()
     assert len(rest["items"]) == 8 and rest["next_cursor"] is None
     text = cli("sessions", "--store", loaded).out
-    assert text.splitlines()[0].split() == ["id", "title", "messages", "tokens", "updated",
-                                            "fork", "of"]
+    assert text.splitlines()[0].split() == ["id", "title", "branch", "messages", "tokens",
+                                            "updated", "fork", "of"]
     assert "Plotting sine" in text and "11 sessions" in text
+    assert "2 of 2 at #" in text  # the ChatGPT export's alternative, told apart
     assert "more with --cursor" in cli("sessions", "--limit", "2", "--store", loaded).out
 
 

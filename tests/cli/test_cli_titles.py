@@ -73,3 +73,21 @@ def test_titles_through_an_http_store(cli: Run, keyed_server: Served,
         api = client.get("/v1/sessions").json()["items"]
     assert {item["id"]: item["title"] for item in api} == {
         item["id"]: item["title"] for item in listed}
+
+
+def test_two_branches_of_one_title_differ_by_their_branch_column(cli: Run,
+                                                                  store_url: str) -> None:
+    store = open_store(store_url)
+    try:
+        main = store.create_session(metadata={"title": "Numpy sums"}).id
+        store.append(main, [Message.user("sum?"), Message.assistant("3")])
+        alt = store.fork(main, store.range(main)[0].id).id
+        store.update_session(alt, metadata={"title": "Numpy sums", "branch": "2 of 2"})
+        store.append(alt, [Message.assistant("it is 3")])
+    finally:
+        store.close()
+    table = cli("sessions", "--store", store_url).out.splitlines()
+    main_row = next(line for line in table if line.startswith(main))
+    alt_row = next(line for line in table if line.startswith(alt))
+    assert "Numpy sums" in main_row and "Numpy sums" in alt_row
+    assert "2 of 2 at #1" in alt_row and "2 of 2" not in main_row

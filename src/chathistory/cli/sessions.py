@@ -75,6 +75,18 @@ _FIRST_USER_ROWS = 32
 first messages are read to find its first user message."""
 
 
+def _branch(session: Session) -> str:
+    """An imported branch's label, as the viewer's list shows it ("2 of 2 at #3"): two
+    alternatives of one conversation share its title."""
+    branch = session.metadata.get("branch")
+    if not isinstance(branch, str) or not branch.strip():
+        return ""
+    if session.parent_id and session.fork_seq:
+        return f"{branch.strip()} at #{session.fork_seq}"
+    return f"{branch.strip()} at the first message" if isinstance(
+        session.metadata.get("branch_of"), str) else branch.strip()
+
+
 def titles_of(store: Store, sessions: Sequence[Session], tenant: TenantArg
               ) -> dict[str, str]:
     """Session id -> what to call it, by the viewer's rule (``chathistory.titles``):
@@ -125,12 +137,13 @@ def run(args: argparse.Namespace) -> int:
         print_json({"items": [{**s.to_dict(), "title": titles[s.id] or None} for s in items],
                     "next_cursor": cursor})
         return 0
-    rows = [[s.id, titles[s.id], number(s.message_count), number(s.token_count),
+    rows = [[s.id, titles[s.id], _branch(s), number(s.message_count), number(s.token_count),
              _when(s.updated_at), s.parent_id or ""] for s in items]
     caption = f"{number(len(items))} sessions"
     if cursor is not None:
         caption += f"; more with --cursor '{cursor}' (or --all)"
-    print_table([Column("id"), Column("title", wrap=True), Column("messages", numeric=True),
+    print_table([Column("id"), Column("title", wrap=True), Column("branch", optional=True),
+                 Column("messages", numeric=True),
                  Column("tokens", numeric=True), Column("updated", optional=True),
                  Column("fork of", optional=True)],
                 rows, caption=caption)
