@@ -69,8 +69,8 @@ from chathistory import open_store
 from chathistory.integrations.openai_agents import ChatHistorySession
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "server"))
-from conversationkit import client, serve_any
-from serverkit import Served
+from conversationkit import client
+from serverkit import Served, serve
 
 set_tracing_disabled(True)
 Item = dict[str, Any]
@@ -80,7 +80,7 @@ Item = dict[str, Any]
 def served(request: pytest.FixtureRequest,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """A live server over each store; tests keep apart by their own conversations."""
-    it = serve_any(request.param, tmp_path_factory.mktemp(request.param))
+    it = serve(request.param, tmp_path_factory.mktemp(request.param))
     yield it
     it.server.stop()
     it.store.close()

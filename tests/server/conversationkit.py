@@ -1,7 +1,7 @@
-"""What the OpenAI Conversations tests share: servers over every store (Redis too),
-the official ``openai`` SDK as the client (sync or async, behind one awaitable face,
-so each scenario is written once), OpenAI items of several kinds, and the check that
-an item came back as it was sent.
+"""What the OpenAI Conversations tests share: the official ``openai`` SDK as the
+client (sync or async, behind one awaitable face, so each scenario is written once),
+OpenAI items of several kinds, and the check that an item came back as it was sent.
+Servers over every store, Redis included, come from ``serverkit.serve``.
 
 The SDK is also the oracle: clients validate every answer strictly against the SDK's
 own types (``_strict_response_validation``), so a shape the SDK would not parse is an
@@ -14,43 +14,15 @@ import asyncio
 import inspect
 import uuid
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import openai
-import pytest
-from serverkit import IN_CI, KEY_CACHE_SECONDS, LiveServer, Served, serve
-
-from chathistory.server import auth
-from chathistory.server.app import create_app
+from serverkit import Served
 
 PREFIX = "/openai/v1"
-REDIS_URL = "redis://127.0.0.1:6379/0"
 # a 4x2 PNG, base64 as Python writes it: a data URL that must come back byte for byte
 PNG_DATA_URL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAQAAAACCAIAAADwyuo0AAAAEElE"
                 "QVR42mP4n+wORwzIHACygg1JFQf1EgAAAABJRU5ErkJggg==")
-
-
-def serve_any(kind: str, tmp: Path) -> Served:
-    """``serverkit.serve`` for memory, SQLite and PostgreSQL; Redis here (a prefix of
-    its own, flushed on close), skipped visibly when unreachable and failing under CI."""
-    if kind != "redis":
-        return serve(kind, tmp)
-    from chathistory.stores.redis import RedisStore
-
-    try:
-        store = RedisStore(REDIS_URL, counter="approx", prefix=f"conv{uuid.uuid4().hex[:12]}",
-                           flush_prefix_on_close=True)
-        keys = {tenant: auth.create_key(store, tenant, f"key of {tenant}") for tenant in "AB"}
-    except Exception as exc:
-        if IN_CI:
-            pytest.fail(f"Redis unreachable: {exc} (CI=true: server backends must be tested)")
-        pytest.skip(f"Redis unreachable: {exc}")
-    app = create_app(store, asset_dir=tmp / "assets", keys_required=True,
-                     key_cache_seconds=KEY_CACHE_SECONDS)
-    return Served(kind, LiveServer(app).start(), store, tmp / "assets",
-                  {tenant: key for tenant, (_, key) in keys.items()},
-                  {tenant: key_id for tenant, (key_id, _) in keys.items()})
 
 
 class Calls:

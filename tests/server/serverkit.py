@@ -65,14 +65,25 @@ PG_URL = os.environ.get("CHATHISTORY_TEST_POSTGRES", "postgresql://postgres@127.
 KEY_CACHE_SECONDS = 0.2
 
 
+REDIS_URL = os.environ.get("CHATHISTORY_TEST_REDIS", "redis://127.0.0.1:6379/0")
+
+
 def make_store(kind: str, tmp: Path) -> BaseStore:
+    """A store of ``kind`` (memory, sqlite, postgres, redis) for a server; a server
+    backend that is unreachable skips the test visibly, and fails it under CI=true."""
     if kind == "memory":
         return MemoryStore(counter="approx")
     if kind == "sqlite":
         from chathistory.stores.sqlite import SQLiteStore
 
         return SQLiteStore(tmp / "server.db", counter="approx")
+    name = "Redis" if kind == "redis" else "PostgreSQL"
     try:
+        if kind == "redis":
+            from chathistory.stores.redis import RedisStore
+
+            return RedisStore(REDIS_URL, counter="approx", prefix=f"srv{uuid.uuid4().hex[:12]}",
+                              flush_prefix_on_close=True)
         from chathistory.stores.postgres import PostgresStore
 
         return PostgresStore(PG_URL, counter="approx", schema=f"srv_{uuid.uuid4().hex[:12]}",
@@ -80,7 +91,7 @@ def make_store(kind: str, tmp: Path) -> BaseStore:
     except ImportError:
         raise
     except Exception as exc:
-        message = f"PostgreSQL unreachable: {exc}"
+        message = f"{name} unreachable: {exc}"
         if IN_CI:
             pytest.fail(f"{message} (CI=true: server backends must be tested)")
         pytest.skip(message)
@@ -124,6 +135,16 @@ def serve(kind: str, tmp: Path, **options: Any) -> Served:
     options.setdefault("key_cache_seconds", KEY_CACHE_SECONDS)
     app = create_app(store, asset_dir=tmp / "assets", **options)
     return Served(kind, LiveServer(app).start(), store, tmp / "assets", keys, key_ids)
+
+
+def keyed_page_client(tmp: Path) -> Any:
+    """A Starlette ``TestClient`` of an app whose store holds a key (keys required):
+    the API needs one, the pages (the viewer, /docs) must be served without."""
+    from starlette.testclient import TestClient
+
+    store = MemoryStore(counter="approx")
+    auth.create_key(store, "t", "a key exists: the API needs it, the page does not")
+    return TestClient(create_app(store, asset_dir=tmp / "assets", keys_required=True))
 
 
 def messages(*texts: str) -> list[dict[str, Any]]:

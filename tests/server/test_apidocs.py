@@ -10,17 +10,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from starlette.testclient import TestClient
-
-from chathistory.server import auth
-from chathistory.server.app import create_app
-from chathistory.stores import MemoryStore
-
-
-def client(tmp_path: Path) -> TestClient:
-    store = MemoryStore(counter="approx")
-    auth.create_key(store, "t", "a key exists: the API needs it, the page does not")
-    return TestClient(create_app(store, asset_dir=tmp_path / "assets", keys_required=True))
+from serverkit import keyed_page_client as client
 
 
 def test_page_and_files_are_served_without_a_key(tmp_path: Path) -> None:

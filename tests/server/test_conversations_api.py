@@ -17,8 +17,7 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
-from conversationkit import serve_any
-from serverkit import LiveServer, Served
+from serverkit import LiveServer, Served, serve
 
 from chathistory.server import ServerConfigError, auth, run
 from chathistory.server.app import Limits, create_app
@@ -33,7 +32,7 @@ CONVERSATION_ID = re.compile(r"conv_[0-9a-f]{48}")
 def served(request: pytest.FixtureRequest,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """Every store, Redis too (``conftest.served`` has no Redis)."""
-    running = serve_any(request.param, tmp_path_factory.mktemp(f"api-{request.param}"))
+    running = serve(request.param, tmp_path_factory.mktemp(f"api-{request.param}"))
     try:
         yield running
     finally:

@@ -27,7 +27,6 @@ from conversationkit import (
     mixed_items,
     new_id,
     run,
-    serve_any,
     settled,
     user_message,
 )
@@ -38,7 +37,7 @@ from openai.types.conversations import (
 )
 from openai.types.conversations import Message as ItemMessage
 from openai.types.responses import ResponseFunctionToolCallItem, ResponseReasoningItem
-from serverkit import Served
+from serverkit import Served, serve
 
 from chathistory import Message
 
@@ -48,7 +47,7 @@ INCLUDE: Any = ["reasoning.encrypted_content", "message.input_image.image_url"]
 @pytest.fixture(scope="module", params=["memory", "sqlite", "postgres", "redis"])
 def served(request: pytest.FixtureRequest,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    it = serve_any(request.param, tmp_path_factory.mktemp(f"conv-{request.param}"))
+    it = serve(request.param, tmp_path_factory.mktemp(f"conv-{request.param}"))
     yield it
     it.server.stop()
     it.store.close()
