@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pages import Site
 
 from chathistory.server.routes import app_routes
-from conftest import Site
 
 
 class DocsPage:

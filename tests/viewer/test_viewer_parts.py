@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pages import SCREENSHOTS, Page
 from seed import wait_until
 from serverkit import LiveServer
 
@@ -26,8 +26,6 @@ from chathistory.stores.sqlite import SQLiteStore
 from chathistory.titles import plain_preview
 
 WAIT = 10_000  # ms: a wait on a loaded machine, not a timing assertion
-# where conftest.py puts screenshots (not imported: tests/cli has a conftest too)
-SCREENSHOTS = Path(os.environ.get("CHATHISTORY_SCREENSHOTS", Path(__file__).parent / "screenshots"))
 
 PYTHON = "def area(width, height):\n    return width * height  # in pixels\n"
 TABLE = """| Phase | What happens |
@@ -159,24 +157,16 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         store.close()
 
 
-class View:
-    def __init__(self, browser: Any, url: str, width: int, height: int) -> None:
-        self.context = browser.new_context(viewport={"width": width, "height": height})
-        self.page = self.context.new_page()
-        self.errors: list[str] = []
-        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
-        self.url = url
+class View(Page):
+    """A page of the open-mode server (no key) that opens at a session's messages."""
 
-    def open(self, hash_path: str) -> Any:
-        self.page.goto(f"{self.url}/{hash_path}")
-        self.page.wait_for_selector(".msg", timeout=WAIT)
-        return self.page
+    def open(self, hash_path: str = "#/") -> Any:
+        page = super().open(hash_path)
+        page.wait_for_selector(".msg", timeout=WAIT)
+        return page
 
     def shot(self, name: str, full_page: bool = False) -> Path:
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        path = SCREENSHOTS / f"{name}.png"
-        self.page.screenshot(path=str(path), full_page=full_page)
-        return path
+        return super().shot(name, full_page)
 
 
 @pytest.fixture
@@ -184,7 +174,7 @@ def view(browser: Any, served: Served) -> Iterator[Any]:
     views: list[View] = []
 
     def make(width: int = 1280, height: int = 900) -> View:
-        views.append(View(browser, served.url, width, height))
+        views.append(View(browser, served.url, None, width, height))
         return views[-1]
 
     yield make
