@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import cache, foundation, service, stores, window, writes
+from . import cache, foundation, search, service, stores, window, writes
 
 SUITES: dict[str, Callable[..., dict[str, Any]]] = {
     "foundation": foundation.run,
@@ -20,13 +20,18 @@ SUITES: dict[str, Callable[..., dict[str, Any]]] = {
     "stores": stores.run,
     "writes": writes.run,
     "cache": cache.run,
+    "search": search.run,
 }
+ON_REQUEST = {"search"}
+"""Suites that run only when named: ``search`` loads tenants of up to 1,000,000 messages
+(tens of minutes, some GB of disk the first time)."""
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("suites", nargs="*", choices=[*SUITES, []], help="default: all suites")
+    parser.add_argument("suites", nargs="*", choices=[*SUITES, []],
+                        help="default: all suites but " + ", ".join(sorted(ON_REQUEST)))
     parser.add_argument(
         "--quick", action="store_true", help="fewer turns, repeats and messages (a smoke run)"
     )
@@ -50,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(cells) - {*writes.CELLS, "growth"}
     if unknown:
         parser.error(f"unknown cell(s): {', '.join(sorted(unknown))}")
-    for name in args.suites or list(SUITES):
+    for name in args.suites or [s for s in SUITES if s not in ON_REQUEST]:
         options: dict[str, Any] = (
             {"duration": args.duration, "soak": args.soak, "workers": args.workers}
             if name == "service" else {"cells": cells} if name == "writes" else {})

@@ -7,7 +7,9 @@ run through chathistory's policies and the peers' (the window suite's adapters,
 Responses item shapes, tool outputs of 2-20k tokens of ShareGPT text, read with
 `chathistory.formats.from_openai_responses`) at a 32,000-token window, one prompt per
 model request. Each policy's prompts go in order through
-`chathistory.plan_cache(..., previous=last_plan)` for Anthropic, OpenAI and Gemini rules.
+`chathistory.plan_cache(..., previous=last_plan)` for Anthropic, OpenAI and Gemini rules,
+a ContextWindow's with its pinned head (`pinned=plan.head_count`), as a caller of both
+passes it.
 
 Reported per replay x provider x policy: the share of input tokens read from the cache
 at steady state (after the first 10% of requests), tokens written to the cache per
@@ -28,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import data, peers, window
+from . import cache_peers, data, peers, window
 from .foundation import _verdict, environment, print_table
 
 PROVIDERS = (("anthropic", "claude-sonnet-4-6"), ("openai", "gpt-5"),
@@ -57,6 +59,11 @@ class PolicyRun:
     status: str = "ok"  # ok | partial | skipped | failed | pending
     by_provider: dict[str, list[list[Any]]] = field(default_factory=dict)
     """Prompts that depend on the provider's rules (the cost-aware policy)."""
+    heads: list[int] = field(default_factory=list)
+    """A ContextWindow's ``head_count`` per prompt (``plan_cache(pinned=...)``)."""
+    heads_by_provider: dict[str, list[int]] = field(default_factory=dict)
+    split_pairs: int | None = None  # prompts with a tool call apart from its result
+    without_newest: int | None = None  # prompts lacking the request's newest message
 
 
 @dataclass
@@ -70,6 +77,8 @@ class CacheRow:
     cost_ratio: float | None = None  # all requests: plan cost / prompt tokens
     mean_prompt: float | None = None
     mean_cost: float | None = None  # per request, uncached-token equivalents
+    split_pairs: int | None = None
+    without_newest: int | None = None
     status: str = "ok"
     note: str = ""
     per_request: dict[str, list[int]] = field(default_factory=dict)
@@ -79,15 +88,17 @@ def replay(run: PolicyRun, provider: str, model: str, budget: int) -> CacheRow:
     """Feed a policy's prompts in order through plan_cache and sum what it says."""
     from chathistory import plan_cache
 
-    row = CacheRow(run.policy, provider, status=run.status, note=run.note)
+    row = CacheRow(run.policy, provider, status=run.status, note=run.note,
+                   split_pairs=run.split_pairs, without_newest=run.without_newest)
     prompts = run.by_provider.get(provider, run.prompts)
     if not prompts:
         return row
+    heads = run.heads_by_provider.get(provider, run.heads) or [0] * len(prompts)
     previous = None
     totals, reads, writes, costs = [], [], [], []
-    for prompt in prompts:
+    for prompt, head in zip(prompts, heads, strict=True):
         plan = plan_cache(prompt, provider=provider, model=model, previous=previous,
-                          session_id="bench-cache", counter=peers.ENCODING)
+                          session_id="bench-cache", counter=peers.ENCODING, pinned=head)
         previous = plan
         totals.append(plan.total_tokens)
         reads.append(plan.tokens_read)
@@ -151,13 +162,21 @@ def sharegpt_runs(turns: int, af_cap: float, out: Callable[[str], None]) -> list
 
     def drive(name: str, make_peer: Callable[[], peers.WindowPeer],
               cap: float | None = None) -> PolicyRun:
+        heads: list[int] = []
+
+        def head_of(peer: peers.WindowPeer, turn: int) -> None:
+            plans = getattr(peer, "plans", None)  # a ContextWindow's: its pinned head
+            if plans:
+                heads.append(plans[-1].head_count)
+
         try:
-            driven = window.drive(make_peer, conv, turns, cap_seconds=cap)
+            driven = window.drive(make_peer, conv, turns, cap_seconds=cap, on_turn=head_of)
         except peers.Unavailable as error:
             return PolicyRun(name, [], str(error), "skipped")
         except Exception as error:  # report a broken peer, keep the run going
             return PolicyRun(name, [], repr(error), "failed")
-        run = PolicyRun(name, [[messages[k] for k in p] for p in driven.prompts])
+        run = PolicyRun(name, [[messages[k] for k in p] for p in driven.prompts],
+                        heads=heads if len(heads) == len(driven.prompts) else [])
         if len(driven.prompts) < turns:
             run.status = "partial"
             run.note = f"stopped after {len(driven.prompts):,} turns ({cap:.0f} s cap)"
@@ -166,7 +185,18 @@ def sharegpt_runs(turns: int, af_cap: float, out: Callable[[str], None]) -> list
     runs = [drive(name, make_peer, cap) for name, make_peer, cap in policies]
     runs.insert(3, cost_aware_runs(budget, lambda rules: drive(
         "cost-aware", lambda: peers.ChathistoryWindowPeer(budget, cache=rules))))
+    check_prompts(runs, messages[1::2])  # each turn's request answers its user message
     return runs
+
+
+def check_prompts(runs: list[PolicyRun], newest: list[Any]) -> None:
+    """Count each run's prompts that split a tool call from its result or lack the
+    request's newest message (``cache_peers.invalid_prompts``; the worst provider's)."""
+    for r in runs:
+        for prompts in r.by_provider.values() or [r.prompts]:
+            split, missing = cache_peers.invalid_prompts(prompts, newest)
+            r.split_pairs = max(r.split_pairs or 0, split)
+            r.without_newest = max(r.without_newest or 0, missing)
 
 
 def cost_aware_options() -> bool:
@@ -189,6 +219,8 @@ def cost_aware_runs(budget: int, make: Callable[[Any], PolicyRun]) -> PolicyRun:
     for provider, model in PROVIDERS:
         one = make(cache_rules(provider, model))
         run.by_provider[provider] = one.prompts
+        if one.heads:
+            run.heads_by_provider[provider] = one.heads
         if one.status != "ok":
             run.status, run.note = one.status, f"{provider}: {one.note}"
     return run
@@ -287,25 +319,37 @@ def appended_per_request(session: AgentSession) -> float:
     return statistics.fmean(new)
 
 
+def each_request(session: AgentSession, name: str, add: Callable[[Any], None],
+                 lay_out: Callable[[], list[Any]]) -> PolicyRun:
+    """A policy's prompts over the session: ``add`` each message as it comes, and before
+    each model request ``lay_out`` the prompt (chathistory messages). A policy that
+    raises is reported as failed, with the prompts it laid out until then."""
+    prompts: list[list[Any]] = []
+    done = 0
+    try:
+        for end in session.requests:
+            for message in session.messages[done:end]:
+                add(message)
+            done = end
+            prompts.append(list(lay_out()))
+    except Exception as error:  # a policy that cannot lay out a request
+        return PolicyRun(name, prompts, f"{error!r} at request {len(prompts) + 1}", "failed")
+    return PolicyRun(name, prompts)
+
+
 def agent_runs(session: AgentSession, budget: int) -> list[PolicyRun]:
     """chathistory's policies over the agent session, one prompt per model request."""
     from chathistory import History
     from chathistory.window import ContextWindow
 
+    heads: list[int] = []  # the window policy's head_count per prompt
+
     def run_policy(name: str, lay_out: Callable[[History], list[Any]]) -> PolicyRun:
+        heads.clear()
         history = History(counter=peers.ENCODING)
-        prompts: list[list[Any]] = []
-        done = 0
-        try:
-            for end in session.requests:
-                for message in session.messages[done:end]:
-                    history.add(message)
-                done = end
-                prompts.append(list(lay_out(history)))
-        except Exception as error:  # a policy that cannot lay out a request
-            return PolicyRun(name, prompts, f"{error!r} at request {len(prompts) + 1}",
-                             "failed")
-        return PolicyRun(name, prompts)
+        run = each_request(session, name, history.add, lambda: lay_out(history))
+        run.heads = list(heads) if len(heads) == len(run.prompts) else []
+        return run
 
     def windowed(**options: Any) -> Callable[[History], list[Any]]:
         planner = ContextWindow(budget, peers.ENCODING, **options)
@@ -313,6 +357,7 @@ def agent_runs(session: AgentSession, budget: int) -> list[PolicyRun]:
         def lay_out(history: History) -> list[Any]:
             plan = planner.plan(history)
             planner.commit()  # the engine frees what the plan evicted
+            heads.append(plan.head_count)
             return list(plan.messages)
 
         return lay_out
@@ -335,11 +380,46 @@ def agent_runs(session: AgentSession, budget: int) -> list[PolicyRun]:
 
     runs.append(cost_aware_runs(budget, cost_aware))
     session.messages = original
-    for peer in ("LangChain trim_messages", "Agent Framework compaction",
-                 "Semantic Kernel reducers"):
-        runs.append(PolicyRun(peer, [], "not run on this replay: the peers' adapters "
-                              "(bench/peers.py) carry text messages, not tool calls",
-                              "pending"))
+    runs += agent_peer_runs(session, budget)
+    check_prompts(runs, [session.messages[end - 1] for end in session.requests])
+    return runs
+
+
+def agent_peer_runs(session: AgentSession, budget: int) -> list[PolicyRun]:
+    """The peers over the agent session (``bench.cache_peers``), one prompt per model
+    request, each prompt as the chathistory messages its objects stand for."""
+    from chathistory.tokens import cached_count, get_counter
+
+    counter = get_counter(peers.ENCODING)
+    sizes = [cached_count(m, counter) for m in session.messages[1:]]
+    target, threshold = cache_peers.semantic_kernel_counts(sizes, budget)
+    compact_to = int((budget - peers.PRIMING_TOKENS) * window.PEER_LOW_WATER_RATIO)
+    makers: list[tuple[str, Callable[[], cache_peers.AgentPeer]]] = [
+        ("LangChain trim_messages", lambda: cache_peers.LangchainAgentPeer(budget)),
+        ("LangChain trim_messages",
+         lambda: cache_peers.LangchainAgentPeer(budget, start_on=("human", "ai"))),
+        ("Agent Framework TruncationStrategy",
+         lambda: cache_peers.agent_framework_truncation(budget, compact_to)),
+        ("Agent Framework ContextWindowCompactionStrategy",
+         lambda: cache_peers.agent_framework_context_window(budget)),
+        ("Semantic Kernel ChatHistoryTruncationReducer",
+         lambda: cache_peers.SemanticKernelAgentPeer(budget, target, threshold)),
+    ]
+    runs = []
+    for label, make in makers:
+        try:
+            peer = make()
+        except ImportError as error:
+            runs.append(PolicyRun(label, [], f"not importable: {error!r}", "skipped"))
+            continue
+        run = each_request(session, peer.name, peer.add, peer.prompt)
+        if getattr(peer, "written", 0):
+            run.note = f"wrote {peer.written} tool-result summaries of its own"
+        runs.append(run)
+    runs.append(PolicyRun(
+        "Semantic Kernel ChatHistorySummarizationReducer", [],
+        "not run: it asks a chat-completion service (a model) for each summary; this "
+        "benchmark runs offline", "skipped"))
     return runs
 
 
@@ -354,18 +434,22 @@ def table(title: str, rows: list[CacheRow], budget: int,
     body = []
     for r in rows:
         if r.cached_share is None or r.mean_cost is None:
-            body.append([r.policy, r.status, "", "", "", "", "", ""])
+            body.append([r.policy, r.status, "", "", "", "", "", "", ""])
             continue
         per_default = f"{r.mean_cost / default_cost:.2f}x" if default_cost else "-"
         body.append([r.policy, f"{r.requests:,}", f"{r.cached_share:.1%}",
                      f"{r.written_per_request:,.0f}", f"{r.over_budget:,}",
+                     f"{r.split_pairs or 0:,}/{r.without_newest or 0:,}",
                      f"{r.cost_ratio:.3f}", f"{r.mean_prompt:,.0f}", per_default])
     print_table(["policy", "requests", "cached (steady)", "written/request",
-                 "over budget", "cost vs uncached", "mean prompt", "cost/request vs default"],
-                body, out)
+                 "over budget", "split/no newest", "cost vs uncached", "mean prompt",
+                 "cost/request vs default"], body, out)
     for r in rows:
         if r.note:
             out(f"  note: {r.policy}: {r.note}")
+        if r.split_pairs or r.without_newest:
+            out(f"  note: {r.policy}: {r.split_pairs or 0} prompts split a tool call from "
+                f"its result, {r.without_newest or 0} lack the request's newest message")
     measured = [r for r in rows if r.cost_ratio is not None]
     verdict: dict[str, Any] = {}
     ours = next((r for r in rows if r.policy.startswith("cost-aware") and r.cost_ratio is not None),

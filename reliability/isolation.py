@@ -551,6 +551,12 @@ SQL_FRAGMENTS: dict[str, dict[str, str]] = {
         "_PAGE": "a fixed query prefix built from _M_ROW (spans come as a JSON parameter)",
         "_IN_SPAN": "a fixed subquery over a span of the JSON parameter",
     },
+    "sqlite_search.py": {
+        "_SPANS_TABLE": "a fixed CTE over the spans, which come as a JSON parameter",
+        "_NUMS": "a fixed query: the session ids come as a JSON parameter",
+        "after": "'' or _AFTER_POSITION, a fixed WHERE fragment with ? placeholders",
+        '_IN_SPANS.format(what="sp.num")': "a fixed query with a fixed column put in",
+    },
 }
 """Every expression that goes into SQL text in ``stores/*.py``, and why it is safe.
 Values always travel as parameters (``?``, ``%s``); these are identifiers and fixed

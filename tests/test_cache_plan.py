@@ -174,17 +174,23 @@ def test_anthropic_breakpoints_obey_the_rules(msgs: list[Message], data: st.Data
                                               model: str) -> None:
     cut = data.draw(st.integers(1, len(msgs)))
     before = msgs[:cut]
+    # a pinned head (a ContextWindow's head_count): 0, or some leading messages
+    pinned_before = data.draw(st.integers(0, cut), label="pinned before")
     if data.draw(st.booleans()):  # the turn before had its own previous turn
-        earlier = plan_cache(before[:data.draw(st.integers(1, cut))], provider="anthropic",
-                             model=model, counter=COUNTER)
+        head = data.draw(st.integers(1, cut))
+        earlier = plan_cache(before[:head], provider="anthropic", model=model, counter=COUNTER,
+                             pinned=min(pinned_before, head))
         previous = plan_cache(before, provider="anthropic", model=model, counter=COUNTER,
-                              previous=earlier)
+                              previous=earlier, pinned=pinned_before)
     else:
-        previous = plan_cache(before, provider="anthropic", model=model, counter=COUNTER)
+        previous = plan_cache(before, provider="anthropic", model=model, counter=COUNTER,
+                              pinned=pinned_before)
     now = msgs
     if data.draw(st.booleans()):
         now = _edit(msgs, data.draw(st.integers(0, len(msgs) - 1)))
-    plan = plan_cache(now, provider="anthropic", model=model, counter=COUNTER, previous=previous)
+    pinned = data.draw(st.integers(0, len(now)), label="pinned")
+    plan = plan_cache(now, provider="anthropic", model=model, counter=COUNTER, previous=previous,
+                      pinned=pinned)
     min_tokens = cache_rules("anthropic", model).min_tokens
 
     assert len(plan.breakpoint_ids) <= 4
@@ -199,12 +205,79 @@ def test_anthropic_breakpoints_obey_the_rules(msgs: list[Message], data: st.Data
         isinstance(p, TextPart) for p in m.parts)]
     if eligible_end:  # the whole cacheable prompt is written for the next turn
         assert plan.breakpoint_ids[-1] == eligible_end[-1]
+    head = {m.id for m in now[:pinned]}
+    eligible_head = [i for i in eligible_end if i in head]
+    if eligible_head:  # the end of the pinned head too (end and read take at most two)
+        assert eligible_head[-1] in plan.breakpoint_ids
+    assert plan.pinned == pinned  # system first: request order is the given order
     request = to_anthropic(now, cache_plan=plan)
     marked = [b for b in (request["system"] if isinstance(request["system"], list) else [])
               if "cache_control" in b]
     marked += [b for turn in request["messages"] if isinstance(turn["content"], list)
                for b in turn["content"] if "cache_control" in b]
     assert len(marked) == len(plan.breakpoint_ids)
+
+
+def _eligible_prefix(plan: CachePlan, msgs: list[Message], count: int, min_tokens: int) -> int:
+    """Tokens up to the last of the first ``count`` messages that may hold a breakpoint."""
+    prefix = dict(zip(plan.message_ids, plan.prefix_tokens, strict=True))
+    return max((prefix[m.id] for m in msgs[:count] if prefix[m.id] >= min_tokens
+                and any(isinstance(p, TextPart) for p in m.parts)), default=0)
+
+
+@_SETTINGS
+@given(msgs=conversations(), data=st.data(),
+       model=st.sampled_from(["claude-sonnet-4-5", "claude-opus-4-5", "claude-unknown"]))
+def test_an_eviction_after_the_pinned_head_reads_all_of_it(msgs: list[Message],
+                                                           data: st.DataObject,
+                                                           model: str) -> None:
+    """A ContextWindow keeps its pinned head and evicts after it: the turn that evicts
+    reads the head up to its last cacheable message from the cache, whatever came after
+    it, because the plan before put a breakpoint there (and the simulation of the
+    documented rules agrees that breakpoint is read)."""
+    head = data.draw(st.integers(1, len(msgs)), label="pinned")
+    kept = data.draw(st.integers(head, len(msgs)), label="kept tail end")
+    previous = plan_cache(msgs, provider="anthropic", model=model, counter=COUNTER,
+                          pinned=head)
+    # the eviction: messages after the head leave, the newest stay, a new turn comes
+    tail = [m for m in msgs[kept:] if data.draw(st.booleans(), label="kept")]
+    fresh = [Message.user("n" * data.draw(st.integers(1, 3000), label="new"), id=f"new{i}")
+             for i in range(data.draw(st.integers(1, 3), label="new turns"))]
+    now = [*msgs[:head], *tail, *fresh]
+    plan = plan_cache(now, provider="anthropic", model=model, counter=COUNTER,
+                      previous=previous, pinned=head)
+    min_tokens = cache_rules("anthropic", model).min_tokens
+    expected = _eligible_prefix(previous, msgs, head, min_tokens)
+    assert plan.tokens_read >= expected
+    read, _ = _simulated_read(now, plan.breakpoint_ids, msgs, previous.breakpoint_ids,
+                              min_tokens)
+    assert plan.tokens_read == read
+    assert len(plan.breakpoint_ids) <= 4
+
+
+def test_an_eviction_turn_reads_the_head_at_its_reserved_breakpoint() -> None:
+    """A window's pinned head longer than the minimum: without ``pinned`` the plan's
+    breakpoints sit on the system prompt and the prompt's end, so the turn that evicts
+    after the head reads only the system prompt; with it the head's end holds one, and
+    that turn reads the whole head."""
+    head = [Message.system("s" * 5000, id="sys"), _user(3000, "task"),
+            Message.assistant("a" * 3000, id="plan")]
+    tail = [_user(2000, f"q{i}") if i % 2 == 0 else Message.assistant("b" * 2000, id=f"r{i}")
+            for i in range(6)]
+    evicted = [*head, _user(2000, "q6")]  # the tail left, a new turn came
+    reads = {}
+    for pinned in (0, len(head)):
+        first = plan_cache([*head, *tail], provider="anthropic", model="claude-sonnet-4-5",
+                           counter=COUNTER, pinned=pinned)
+        after = plan_cache(evicted, provider="anthropic", model="claude-sonnet-4-5",
+                           counter=COUNTER, previous=first, pinned=pinned)
+        assert ("plan" in first.breakpoint_ids) == bool(pinned)
+        reads[pinned] = after.tokens_read
+    head_tokens = sum(cached_count(m, COUNTER) for m in head)
+    assert reads[0] == cached_count(head[0], COUNTER) < head_tokens
+    assert reads[len(head)] == head_tokens
+    with pytest.raises(ValueError, match="pinned head of 9"):
+        plan_cache(evicted, provider="anthropic", counter=COUNTER, pinned=9)
 
 
 # ---------------------------------------------------------------- OpenAI and Gemini

@@ -24,10 +24,13 @@ the window, not the conversation (8,000-token window, add + plan + commit per tu
 
 With ``cache=`` (a provider, ``provider/model`` or ``CacheRules``) the window plans the
 provider's prompt cache every turn (``WindowPlan.cache_plan``) and, when it must evict,
-takes the cut with the lowest expected price per prompt token over the next
-``cache_horizon`` turns among today's, a deeper one and cuts that keep the tail's oldest
-groups up to a cache entry (``docs/reduce.md``, Prompt caching). Without it, nothing
-changes.
+takes the cut with the lowest expected price per prompt token of the cycle it starts (up
+to the next eviction, at most ``cache_horizon`` turns) among today's, a deeper one and
+cuts that keep the tail's oldest groups up to a cache entry. Its pinned head defaults
+to 37.5% of the window (``DEFAULT_CACHE_PIN_RATIO``), reaches the provider's minimum
+when it can, and is passed to ``plan_cache(pinned=...)``, which under breakpoint rules
+(Anthropic) puts a breakpoint on its end: an eviction turn reads the whole head from the
+cache (``docs/reduce.md``, Prompt caching). Without it, nothing changes.
 
 The plan is a value (``msgspec`` struct) and the window's layout serializes
 (``to_dict`` / ``from_dict``): with the token counts cached in the messages,
@@ -53,13 +56,25 @@ __all__ = ["DEFAULT_LOW_WATER_RATIO", "ContextOverflow", "ContextWindow", "Windo
 DEFAULT_LOW_WATER_RATIO = 0.625
 """Default ``low_water_tokens`` as a share of ``max_tokens``."""
 DEFAULT_CACHE_HORIZON = 8
-"""Turns ahead that cost-aware eviction (``cache=``) weighs a cut over."""
+"""Turns ahead, at most, that cost-aware eviction (``cache=``) weighs a cut over."""
 DEFAULT_PIN_RATIO = 0.25
 """Default ``pin_tokens`` as a share of ``max_tokens``.
 
 Measured on 2,000 ShareGPT turns in an 8,000-token window (``python -m bench window``):
 evicting 8,000 -> 6,000 with no pinned head reuses about 80% of each prompt; 8,000 ->
 5,000 with a 2,000-token pinned head reuses about 88% with the prompt near 78% full."""
+DEFAULT_CACHE_PIN_RATIO = 0.375
+"""Default ``pin_tokens`` as a share of ``max_tokens`` with ``cache=``: an eviction turn
+reads the pinned head from the provider's cache (Anthropic: at the breakpoint
+``plan_cache(pinned=...)`` puts on its end) and re-writes only the tail it keeps.
+
+Measured with ``python -m bench cache`` (cost of all requests over sending them uncached,
+heads of 25 / 37.5 / 50% of the window): 2,000 ShareGPT turns at 8,000 tokens, Anthropic
+0.184 / 0.176 / 0.175, OpenAI 0.541 / 0.537 / 0.534; the 200-turn agent session at
+32,000 tokens, Anthropic 0.456 / 0.440 / 0.451, OpenAI 0.653 / 0.646 / 0.654. Over that
+session and three more (seeds 22-24) 37.5% has the lowest mean cost of 25-50% (40% was
+cheaper on one of them). Past 40% the tail left after an eviction is too short for the
+agent's tool outputs, and the head gives way to fit them."""
 
 
 class ContextOverflow(ChatHistoryError):
@@ -97,8 +112,9 @@ class WindowPlan(msgspec.Struct, kw_only=True):
 class ContextWindow:
     """Lays out prompts within ``max_tokens``, evicting in chunks down to
     ``low_water_tokens`` (default 62.5% of ``max_tokens``) while keeping system
-    messages and a pinned head of ``pin_tokens`` (default 25%); with ``cache=``, where
-    the provider's prompt cache makes the next ``cache_horizon`` turns cheapest."""
+    messages and a pinned head of ``pin_tokens`` (default 25%, 37.5% with ``cache=``);
+    with ``cache=``, where the provider's prompt cache makes the next ``cache_horizon``
+    turns cheapest."""
 
     def __init__(
         self,
@@ -117,7 +133,9 @@ class ContextWindow:
             raise ValueError("need max_tokens > 0 and 0 <= low_water_tokens <= max_tokens")
         self.max_tokens = max_tokens
         self.low_water_tokens = low
-        self.pin_tokens = int(max_tokens * DEFAULT_PIN_RATIO) if pin_tokens is None else pin_tokens
+        self.cache_rules = _rules(cache)
+        pin_ratio = DEFAULT_PIN_RATIO if self.cache_rules is None else DEFAULT_CACHE_PIN_RATIO
+        self.pin_tokens = int(max_tokens * pin_ratio) if pin_tokens is None else pin_tokens
         self.counter = get_counter(counter)
         self.keep_roles = KEPT_ROLES if keep_system else frozenset()
         self._layout: list[tuple[str, int]] = []  # (message id, kv_start) of the last prompt
@@ -132,7 +150,6 @@ class ContextWindow:
         self._seen_edits: tuple[int, int] | None = None  # (id of the History, its edits)
         # Cost-aware eviction (cache=): the provider's rules, the last turn's cache plan,
         # the last prompt's size and the tokens a turn appends (a running mean).
-        self.cache_rules = _rules(cache)
         if cache_horizon < 1:
             raise ValueError("need cache_horizon >= 1")
         self.cache_horizon = cache_horizon
@@ -152,19 +169,24 @@ class ContextWindow:
         total = counter.priming_tokens + sum(sizes.values())
         rest = [m for m in live if m.role not in self.keep_roles]
         groups = Groups.of(rest)
-        # The pinned head: the first groups within pin_tokens. Once pinned, a group
+        # The pinned head: the first groups within pin_tokens (with breakpoint cache
+        # rules, at least until it is cacheable: _head_cache_minimum). Once pinned, a group
         # stays pinned (a result joining a pinned call must not evict it), so the head
         # never moves and the prefix stays valid; it gives way only before an overflow:
         # first the groups kept only for being pinned before, then the whole head.
         spans = list(groups.spans())
         costs = [sum(sizes[m.id] for m in rest[s:e]) for s, e, _ in spans]
+        kept_tokens = total - counter.priming_tokens - sum(costs)  # the kept roles
+        cacheable_at = self._head_cache_minimum(kept_tokens)
 
         def head_end(sticky: bool) -> int:
             used, end = 0, 0
             for (s, e, _), cost in zip(spans, costs, strict=True):
                 held = sticky and any(m.id in self._pinned for m in rest[s:e])
-                if not held and used + cost > self.pin_tokens:
-                    break
+                if not held and used + cost > self.pin_tokens and (
+                        cacheable_at is None or kept_tokens + used >= cacheable_at
+                        or cost > self.pin_tokens):
+                    break  # past pin_tokens, unless the head is under the cache minimum
                 used, end = used + cost, e
             return end
 
@@ -224,7 +246,7 @@ class ContextWindow:
             rules = self.cache_rules
             cache_plan = self._cache_plan = plan_cache(
                 prompt, provider=rules.provider, model=rules.model, counter=counter,
-                previous=self._cache_plan, rules=rules)
+                previous=self._cache_plan, rules=rules, pinned=head_count)
             self._last_total = total
         return WindowPlan(
             messages=prompt,
@@ -241,9 +263,9 @@ class ContextWindow:
                       total: int, head: int, span_ends: list[int],
                       evict_from: Callable[[int, int], int]) -> tuple[int, int]:
         """``(mid, start)``: keep the tail's groups before ``mid`` and from ``start`` on,
-        the cut among a few candidates whose expected price per prompt token over the
-        next ``cache_horizon`` turns is lowest under the provider's rules (a cut
-        rewrites everything after the cached prefix it keeps). Candidates: today's
+        the cut among a few candidates whose expected price per prompt token of the
+        cycle it starts (``_expected_price``) is lowest under the provider's rules (a
+        cut rewrites everything after the cached prefix it keeps). Candidates: today's
         (oldest after the pinned head, down to low water); a deeper one (half the
         hysteresis band further), so fewer rewrites follow; and cuts that keep the
         tail's oldest groups up to a cache entry of the last turn and evict after them,
@@ -281,32 +303,44 @@ class ContextWindow:
             else:  # automatic: any prefix; the deepest keeps the most
                 mids = mids[-1:]
             candidates += [(mid, evict_from(mid, low)) for mid in mids]
-        head_cached = rules.cacheable(fixed + before[head])
         best, best_price = candidates[0], float("inf")
         for mid, start in candidates:
             kept = total - (before[start] - before[mid])
             if start == mid or kept > top:
                 continue
-            price = self._expected_price(kept, min(cached_after(mid), kept), head_cached)
+            price = self._expected_price(kept, min(cached_after(mid), kept))
             if price < best_price:
                 best, best_price = (mid, start), price
         return best
 
-    def _expected_price(self, size: float, cached: int, head_cached: int) -> float:
-        """Expected input cost per prompt token over the next ``cache_horizon`` turns
-        after a cut leaving ``size`` tokens with ``cached`` of them read from the cache:
-        each later turn appends the running mean and reads the last prompt, and an
-        overflow evicts down to low water, re-writing all after the pinned head."""
+    def _head_cache_minimum(self, kept_tokens: int) -> int | None:
+        """Where the pinned head may pass ``pin_tokens`` under ``cache=`` rules that
+        cache only at breakpoints (Anthropic), when the kept roles (``kept_tokens``) are
+        under the minimum: groups of up to ``pin_tokens`` each join until the head
+        reaches ``min_tokens``, so that it is cacheable and ``plan_cache(pinned=...)``
+        can put a breakpoint on its end. None otherwise (the head is the first groups
+        within ``pin_tokens``)."""
+        rules = self.cache_rules
+        if rules is None or not rules.max_breakpoints or kept_tokens >= rules.min_tokens:
+            return None
+        return rules.min_tokens
+
+    def _expected_price(self, size: float, cached: int) -> float:
+        """Expected input cost per prompt token of the cycle a cut starts, leaving
+        ``size`` tokens with ``cached`` of them read from the cache: then each turn
+        appends the running mean and reads the last prompt, until the next turn would
+        overflow the window (at most ``cache_horizon`` turns in all). Evictions
+        recur, so a cut is priced by the cycle it starts: a deeper cut re-writes less
+        than it first seems to when it leaves room for more turns before the next."""
         rules = self.cache_rules
         assert rules is not None
         read, write = rules.read_multiplier, rules.write_multiplier[rules.ttls[0]]
         cost, tokens = cached * read + (size - cached) * write, size
         for _ in range(self.cache_horizon - 1):
             if size + self._growth > self.max_tokens:
-                size, cached = self.low_water_tokens, min(head_cached, self.low_water_tokens)
-            else:
-                cached = rules.cacheable(int(size))
-                size += self._growth
+                break
+            cached = rules.cacheable(int(size))
+            size += self._growth
             cost += cached * read + (size - cached) * write
             tokens += size
         return cost / tokens if tokens else 0.0

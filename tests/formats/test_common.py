@@ -55,8 +55,9 @@ formats_param = pytest.mark.parametrize("fmt", list(ENCODERS))
 
 def test_public_surface() -> None:
     assert set(formats.__all__) == {
-        "Resolver", "RoleMap", "cache_request_fields", "from_anthropic", "from_gemini",
-        "from_openai_chat", "from_openai_responses", "to_anthropic", "to_gemini",
+        "Resolver", "RoleMap", "anthropic_request", "cache_request_fields", "from_anthropic",
+        "from_gemini", "from_openai_chat", "from_openai_responses", "gemini_request",
+        "openai_chat_request", "openai_responses_request", "to_anthropic", "to_gemini",
         "to_openai_chat", "to_openai_responses"}
 
 

@@ -76,6 +76,13 @@ def corpus(png: bytes) -> dict[str, list[BaseMessage]]:
             {"type": "thinking", "thinking": "hmm", "signature": "sig"},
             {"type": "redacted_thinking", "data": "opaque"},
             {"type": "text", "text": "answer"}])],
+        "compaction": [HumanMessage("q"), AIMessage([  # as langchain-openai keeps the item
+            {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAA"},
+            {"type": "text", "text": "ok"}], response_metadata={"model_provider": "openai"}),
+            AIMessage([{"type": "compaction", "content": "Summary.", "signature": "sig",
+                        "tool_changes": None}]),  # as langchain-anthropic keeps the block
+            AIMessage([{"type": "non_standard", "value": {  # content_blocks (v1)
+                "type": "compaction", "id": "cmp_2", "encrypted_content": "gAAB"}}])],
         "metadata": [AIMessage("x", response_metadata={"model_name": "m"},
                                usage_metadata={"input_tokens": 1, "output_tokens": 2,
                                                "total_tokens": 3},

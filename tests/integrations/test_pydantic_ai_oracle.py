@@ -12,6 +12,7 @@ from pydantic_ai.messages import (
     AudioUrl,
     BinaryContent,
     CachePoint,
+    CompactionPart,
     DocumentUrl,
     FilePart,
     ImageUrl,
@@ -92,6 +93,14 @@ def corpus(png: bytes) -> dict[str, list[ModelMessage]]:
                                   ModelRequest(parts=[
                                       ToolReturnPart("lookup", "", "c1"),
                                       ToolReturnPart("f", "boom", "c2", outcome="failed")])],
+        "compaction": [ask("go"), say(CompactionPart(  # as its OpenAI, Anthropic models do
+            id="cmp_1", provider_name="openai", provider_details={
+                "id": "cmp_1", "encrypted_content": "gAAA", "type": "compaction",
+                "created_by": None}), TextPart("ok")),
+            say(CompactionPart("Summary.", provider_name="anthropic",
+                               provider_details={"signature": "sig"})),
+            say(CompactionPart("x", provider_name="bedrock")),  # another provider's: as given
+            ModelRequest(parts=[CompactionPart("an app's summary"), UserPromptPart("go on")])],
         "media": [ModelRequest(parts=[UserPromptPart([
             "look", ImageUrl("https://example.com/a.png"),
             BinaryContent(png, media_type="image/png"), DocumentUrl("https://example.com/d.pdf"),

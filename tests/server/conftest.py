@@ -16,16 +16,10 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from serverkit import Served, serve
+from serverkit import Served, serve, serving
 
-
-@pytest.fixture(scope="session", params=["memory", "sqlite", "postgres"])
-def served(request: pytest.FixtureRequest,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    it = serve(request.param, tmp_path_factory.mktemp(request.param))
-    yield it
-    it.server.stop()
-    it.store.close()
+served = pytest.fixture(scope="session", params=["memory", "sqlite", "postgres"],
+                        name="served")(serving)
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,19 @@ def serve(kind: str, tmp: Path, **options: Any) -> Served:
     options.setdefault("key_cache_seconds", KEY_CACHE_SECONDS)
     app = create_app(store, asset_dir=tmp / "assets", **options)
     return Served(kind, LiveServer(app).start(), store, tmp / "assets", keys, key_ids)
+
+
+EVERY_BACKEND = ["memory", "sqlite", "postgres", "redis"]
+
+
+def serving(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[Served]:
+    """The body of a fixture parametrized by backend kind: a server over a store of
+    ``request.param`` (``serve``), stopped and closed after."""
+    it = serve(request.param, tmp_path_factory.mktemp(f"served-{request.param}"))
+    yield it
+    it.server.stop()
+    it.store.close()
 
 
 def keyed_page_client(tmp: Path) -> Any:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -37,20 +36,14 @@ from openai.types.conversations import (
 )
 from openai.types.conversations import Message as ItemMessage
 from openai.types.responses import ResponseFunctionToolCallItem, ResponseReasoningItem
-from serverkit import Served, serve
+from serverkit import EVERY_BACKEND, Served, serving
 
 from chathistory import Message
 
 INCLUDE: Any = ["reasoning.encrypted_content", "message.input_image.image_url"]
 
 
-@pytest.fixture(scope="module", params=["memory", "sqlite", "postgres", "redis"])
-def served(request: pytest.FixtureRequest,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    it = serve(request.param, tmp_path_factory.mktemp(f"conv-{request.param}"))
-    yield it
-    it.server.stop()
-    it.store.close()
+served = pytest.fixture(scope="module", params=EVERY_BACKEND, name="served")(serving)
 
 
 @pytest.fixture(params=["sync", "async"])

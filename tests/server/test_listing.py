@@ -16,6 +16,7 @@ from chathistory import Message
 from chathistory.server import listing
 from chathistory.server.listing import listing_json, snippet
 from chathistory.stores.remote import RemoteStore
+from chathistory.stores.search import words
 
 
 def _post(client: httpx.Client, sid: str, *messages: Message) -> None:
@@ -104,18 +105,25 @@ def test_search_gives_snippets_with_offsets_to_highlight(served: Served,
     assert set(items) == {in_text, in_metadata, by_id, in_call}
     assert items[in_metadata]["snippet"] is None
     assert items[by_id]["snippet"] is None
-    assert items[in_call]["snippet"] is None
+    # a tool call's name and arguments are searchable text, and so make a snippet
+    call = items[in_call]["snippet"]
+    assert call["role"] == "assistant" and call["text"] == f"f q {word}"
+    assert [_utf16_slice(call["text"], *m) for m in call["match"]] == [word]
     found = items[in_text]["snippet"]
     assert found["role"] == "assistant"
     assert found["message_id"] == a.get(f"/v1/sessions/{in_text}/messages",
                                         params={"tail": 1}).json()["messages"][0]["id"]
     text = found["text"]
-    assert text.startswith("…") and "\n" not in text and "  " not in text
-    assert len(text) <= listing.SNIPPET_WIDTH + 2
+    assert text.startswith("…") and "\n" not in text
+    assert len(text) <= listing.SNIPPET_WIDTH + 21  # (a cut moves to a space within 20)
     assert len(found["match"]) == 2
     for start, end in found["match"]:  # UTF-16 offsets: past the emoji, still exact
         assert _utf16_slice(text, start, end).lower() == word
     assert items[in_text]["preview"] == "nothing yet"
+    pieces = a.get("/v1/sessions", params={"q": word[:-1]}).json()["items"]
+    assert {i["id"] for i in pieces} == {in_metadata, by_id}  # messages: words, not pieces
+    prefix = a.get("/v1/sessions", params={"q": word[:-1] + "*"}).json()
+    assert {i["id"] for i in prefix["items"]} == {in_text, in_call}  # messages only
 
 
 def test_a_search_total_stops_at_the_limit(served: Served, a: httpx.Client,
@@ -179,27 +187,31 @@ def test_bad_listing_input_names_the_field(a: httpx.Client) -> None:
 def test_snippet_examples() -> None:
     short = snippet(Message.user("say  Hello\tworld, hello!"), "HELLO")
     assert short is not None
-    assert short.text == "say Hello world, hello!" and short.match == [(4, 9), (17, 22)]
+    assert short.text == "say  Hello\tworld, hello!" and short.match == [(5, 10), (18, 23)]
     assert snippet(Message.user("nothing"), "x") is None
+    assert snippet(Message.user("nothing"), "noth") is None  # a word, not a piece
     long = snippet(Message.user("a" * 500 + " the match " + "b " * 300), "match")
     assert long is not None
     assert long.text.startswith("…") and long.text.endswith("…")
     assert long.text[long.match[0][0]:long.match[0][1]] == "match"
-    assert len(long.text) <= listing.SNIPPET_WIDTH + 2
+    assert len(long.text) <= listing.SNIPPET_WIDTH + 21
     at_end = snippet(Message.user("word " * 100 + "final"), "final")
     assert at_end is not None and at_end.text.endswith("final")
-    assert len(at_end.text) >= listing.SNIPPET_WIDTH - 20  # the room goes before the match
+    assert at_end.text.startswith("…word ")
+    phrase = snippet(Message.user("the café, then the CAFE bar"), '"cafe bar" the')
+    assert phrase is not None
+    assert [phrase.text[a:b] for a, b in phrase.match] == ["the", "the", "CAFE", "bar"]
 
 
-@given(st.text(min_size=0, max_size=400), st.text(min_size=1, max_size=12),
+@given(st.text(min_size=0, max_size=400), st.from_regex(r"[^\W_]{1,12}", fullmatch=True),
        st.integers(min_value=0, max_value=400))
-def test_snippet_offsets_always_point_at_the_match(text: str, query: str, at: int) -> None:
-    assume(query.strip())  # a query of whitespace alone may fall on a collapsed edge
+def test_snippet_offsets_always_point_at_a_matched_word(text: str, query: str,
+                                                        at: int) -> None:
+    assume(len(words(query)) == 1)
     at = min(at, len(text))
-    message = Message.user(text[:at] + query + text[at:])
+    message = Message.user(text[:at] + " " + query + " " + text[at:])
     found = snippet(message, query)
     assert found is not None and found.match
-    for start, end in found.match:
+    for start, end in found.match:  # UTF-16 offsets into the snippet
         piece = _utf16_slice(found.text, start, end)
-        # whitespace in the query collapses as the text does
-        assert listing.find_all(" ".join(piece.split()), " ".join(query.split()))
+        assert "".join(words(piece)) == words(query)[0]

@@ -84,6 +84,9 @@ def _b_request(route_method: str, route_path: str, world: dict[str, Any]
         kwargs["params"] = {"tail": 5}
     if route_path.endswith("/window") and route_method == "GET":  # the preview: a valid query
         kwargs["params"] = {"max_tokens": 1000}
+    if route_path == "/v1/search":  # A's words, in every way a search can be narrowed
+        kwargs["params"] = {"q": world["marker"], "user": f"user-{world['marker']}",
+                            "metadata.note": world["marker"]}
     return path, kwargs
 
 
@@ -111,6 +114,15 @@ def test_b_never_reaches_a(served: Served, a: httpx.Client, b: httpx.Client,
     assert covered == {(r.method, r.path) for r in ROUTES if not r.public}
     assert b.get(f"/v1/assets/{world['uploaded']}").status_code == 404
     assert b.get("/v1/me").json()["tenant"] == "B"
+    # A finds its own words; B, asking the same, finds nothing (no parameter names a tenant)
+    assert a.get("/v1/search", params={"q": world["marker"]}).json()["items"]
+    for params in ({"q": world["marker"]}, {"q": world["marker"], "tenant": "A"},
+                   {"q": world["marker"], "session_id": world["sid"]}):
+        found = b.get("/v1/search", params=params)
+        if "session_id" in params:  # A's session id names no session of B's
+            assert found.status_code == 404, found.text
+        else:
+            assert found.status_code == 200 and found.json()["items"] == [], params
     # A's data is as it was
     after = a.get(f"/v1/sessions/{world['sid']}").json()
     assert after == before

@@ -1,6 +1,7 @@
 """Every backend: what a page of sessions needs for people (``count_sessions``,
-``first_user_messages``, ``first_text_matches``), each backend's one-read answer
-checked against the engine's row-by-row reading (the in-memory reference's)."""
+``first_user_messages``, ``first_text_matches``, the listing's word search), each
+backend's one-read answer checked against the engine's row-by-row reading (the
+in-memory reference's)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from test_trees_and_expiry import _expire
 
 from chathistory import InvalidArgument, Message
 from chathistory.stores import BaseStore
-from chathistory.stores.browse import CANDIDATES, ascii_casefold, find_all
+from chathistory.stores.search import parse_query, search_text, words
 
 
 def _without_fast_paths(store: BaseStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine's own reading: as if the backend implemented no one-read answer."""
-    for name in ("_b_count_sessions", "_b_first_user_rows", "_b_rows_containing"):
+    for name in ("_b_count_sessions", "_b_first_user_rows", "_b_search",
+                 "_b_search_sessions"):
         monkeypatch.setattr(store, name, lambda *args, **kwargs: None)
 
 
@@ -123,6 +125,10 @@ def test_first_user_messages_of_nothing(store: BaseStore) -> None:
 # ---------------------------------------------------------------- first_text_matches
 
 
+def _words_of(message: Message) -> list[str]:
+    return words(search_text(message))
+
+
 def test_first_text_matches(store: BaseStore, monkeypatch: pytest.MonkeyPatch) -> None:
     store.create_session("text")
     store.append("text", [Message.user("nothing here"), Message.assistant("The Rain in Spain"),
@@ -134,51 +140,114 @@ def test_first_text_matches(store: BaseStore, monkeypatch: pytest.MonkeyPatch) -
         Message.user("look it up"),
         Message.assistant("", [{"id": "c1", "name": "weather", "arguments": {"q": "rain"}}]),
         Message.tool_result("c1", "sunny"), Message.assistant("It will be sunny; no RAIN.")])
-    store.create_session("calls-only")
-    store.append("calls-only", [Message.assistant(
-        "", [{"id": f"k{i}", "name": "f", "arguments": {"q": "rain"}}]) for i in range(2)]
-        + [Message.tool_result(f"k{i}", "ok") for i in range(2)])
+    store.create_session("ids-only")
+    store.append("ids-only", [Message.user("x", id="rain-1"), Message.user("y", id="rain-2")])
     store.fork("text", new_session_id="fork")  # a fork: its own rows only
     store.append("fork", [Message.user("no match of its own")])
     store.fork("text", new_session_id="fork2")
     store.append("fork2", [Message.user("RAIN, said the fork")])
     sessions = store.list_sessions(limit=100).items
     found = store.first_text_matches(sessions, "rain")
-    assert {sid: m.text for sid, m in found.items()} == {
-        "text": "The Rain in Spain", "in-a-call": "It will be sunny; no RAIN.",
-        "fork2": "RAIN, said the fork"}
+    # a tool call's arguments are searchable text now; ids and metadata are not
+    assert set(found) == {"text", "in-a-call", "fork2"}
+    own = {sid: {m.id for m in store.range(sid)[_own_start(store, sid):]} for sid in found}
+    query = parse_query("rain")
+    for sid, message in found.items():
+        assert message.id in own[sid] and query.matches(_words_of(message))
+    assert found["fork2"].text == "RAIN, said the fork"
     assert store.first_text_matches(sessions, "") == {}
     assert store.first_text_matches(sessions, "snow") == {}
-    _without_fast_paths(store, monkeypatch)
-    assert store.first_text_matches(sessions, "rain") == found
+    assert store.first_text_matches(sessions, '"rain in spain"').keys() == {"text"}
+    with pytest.raises(InvalidArgument, match="q"):
+        store.first_text_matches(sessions, "%%")
+    # without the index (or on a backend without one): each session's first match
+    monkeypatch.setattr(store, "_b_search", lambda *args, **kwargs: None)
+    first = store.first_text_matches(sessions, "rain")
+    assert {sid: m.text for sid, m in first.items() if sid != "in-a-call"} == {
+        "text": "The Rain in Spain", "fork2": "RAIN, said the fork"}
+    assert first["in-a-call"].parts[0].name == "weather"  # type: ignore[union-attr]
 
 
-def test_first_text_matches_reads_a_bounded_number_of_candidates(store: BaseStore) -> None:
-    store.create_session("ids")
-    # CANDIDATES rows whose JSON holds the text only in their id, then a text match
-    store.append("ids", [Message.user("x", id=f"rain-{i}") for i in range(CANDIDATES)]
-                 + [Message.user("rain at last", id="late")])
-    store.create_session("soon")
-    store.append("soon", [Message.user("x", id=f"rain-{i}") for i in range(CANDIDATES - 1)]
-                 + [Message.user("rain in time", id="in-time")])
-    found = store.first_text_matches(store.list_sessions().items, "rain")
-    assert "ids" not in found
-    assert found["soon"].id == "in-time"
+def _own_start(store: BaseStore, session_id: str) -> int:
+    session = store.get_session(session_id)
+    return session.fork_seq if session.parent_id is not None else 0
 
 
-def test_matching_is_ascii_case_insensitive_only(store: BaseStore) -> None:
+def test_first_text_matches_finds_one_match_per_session_past_a_busy_one(
+        store: BaseStore) -> None:
+    """One session with many strong matches does not crowd the others out."""
+    store.create_session("busy")
+    store.append("busy", [Message.user("kiwi kiwi kiwi") for _ in range(40)])
+    store.create_session("quiet")
+    store.append("quiet", [Message.user(f"filler {i} " + "words " * 30) for i in range(10)]
+                 + [Message.user("one kiwi among many other words " + "words " * 30)])
+    sessions = store.list_sessions().items
+    found = store.first_text_matches(sessions, "kiwi")
+    assert set(found) == {"busy", "quiet"}
+    assert found["quiet"].text.startswith("one kiwi")
+
+
+def test_matching_is_by_words_folded(store: BaseStore) -> None:
     store.create_session("u")
     store.append("u", [Message.user("ÉCOLE and école, 50% off_now")])
     sessions = store.list_sessions().items
-    assert "u" in store.first_text_matches(sessions, "école")
-    assert "u" in store.first_text_matches(sessions, "ÉCOLE")
-    assert "u" in store.first_text_matches(sessions, "% OFF_NOW")  # LIKE's wildcards, literal
-    assert "u" not in store.first_text_matches(sessions, "%_x")
+    for query in ("école", "ECOLE", "ecole", "off_now", '"off now"', "ecol*", "50"):
+        assert "u" in store.first_text_matches(sessions, query), query
+    for query in ("ecol", "% offnow", "5"):  # words, not substrings
+        assert "u" not in store.first_text_matches(sessions, query), query
 
 
-def test_find_all() -> None:
-    assert find_all("Rain, rain, go AWAY", "RAIN") == [(0, 4), (6, 10)]
-    assert find_all("aaaa", "aa") == [(0, 2), (2, 4)]
-    assert find_all("Émile", "émile") == []  # only ASCII letters fold, as the search
-    assert find_all("x", "") == []
-    assert ascii_casefold("ÀbC") == "Àbc"
+# ---------------------------------------------------------------- the listing's search
+
+
+def test_listing_search_is_by_words_in_messages(store: BaseStore) -> None:
+    """What changed (issue 22): the listing's ``query`` matches messages by words
+    (``search.parse_query``), no longer by a substring of their stored JSON."""
+    store.create_session("quote", metadata={"note": "Plans for the café"})
+    store.append("quote", [Message.user("Ask Zoë about the crème brûlée"),
+                           Message.assistant("Done.", id="msg-marker")])
+    store.create_session("other")
+    store.append("other", [Message.user("unrelated text")])
+
+    def found(query: str) -> list[str]:
+        return [s.id for s in store.list_sessions(query=query).items]
+
+    assert found("brulee") == ["quote"]  # diacritics folded (was: exact bytes)
+    assert found("BRÛLÉE") == ["quote"]  # any case (was: ASCII letters only)
+    assert found("brû") == []  # a word, not a piece of one (was: found)
+    assert found("brû*") == ["quote"]  # unless it ends with *
+    assert found('"creme brulee"') == ["quote"]
+    assert found('"brulee creme"') == []  # a phrase keeps its order
+    assert found("zoe unrelated") == []  # every word in one message
+    assert found("role") == []  # the stored JSON's field names are not text (were)
+    assert found("marker") == []  # nor message ids
+    # the id and metadata values still match by the text as written
+    assert found("uot") == ["quote"]
+    assert found("Plans for") == ["quote"]
+    with pytest.raises(InvalidArgument, match="q: a search needs at least one word"):
+        store.list_sessions(query="%_!")
+    assert found("") == ["quote", "other"]  # an empty query is no filter
+
+
+def test_listing_search_uses_one_index_read_past_the_first_batch(
+        store: BaseStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rare word: past the first batch, the walk reads sessions only (the index
+    names the matching ones once), or rows where there is no index; same answer."""
+    for i in range(230):
+        store.create_session(f"r{i:03}")
+        store.append(f"r{i:03}", [Message.user("common words" + (" rare" if i in (7, 199)
+                                                                  else ""))])
+    calls: list[Any] = []
+    original = store._b_search_sessions
+
+    def spy(tenant: str, query: Any, session_ids: Any, limit: int) -> Any:
+        calls.append(session_ids)
+        return original(tenant, query, session_ids, limit)
+
+    monkeypatch.setattr(store, "_b_search_sessions", spy)
+    assert [s.id for s in store.list_sessions(query="rare", limit=5).items] == ["r007", "r199"]
+    assert calls[0] is not None and None in calls  # a batch, then the whole tenant once
+    assert calls.index(None) == 1
+    assert store.count_sessions(query="rare") == 2
+    assert store.count_sessions(query="common") == 230
+    assert store.count_sessions(query="common", at_most=120) == 120

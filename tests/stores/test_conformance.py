@@ -198,36 +198,39 @@ def test_list_sessions_search(store: BaseStore) -> None:
     store.create_session("Invoice-2024", user="u1")
     store.create_session("plain")
     store.append("plain", [Message.user("a 500 error, ab")])
-    # message text, tool arguments and results
+    # message text, tool arguments and results, by words (issue 22: was a substring of
+    # the stored JSON; tests/stores/test_browse.py has what changed)
     assert _found(store, "ship it") == ["quote"]
     assert _found(store, "SUNNY") == ["tool"]
-    assert _found(store, "zürich") == ["tool"]
-    # a quote, a newline, a backslash: matched as written, not as JSON escapes
+    assert _found(store, "zurich") == ["tool"]  # diacritics folded
+    assert _found(store, "lookup") == ["tool"]  # a tool call's name
+    # quotes make a phrase; other punctuation separates words, as in the text
     assert _found(store, '"ship it"') == ["quote"]
+    assert _found(store, '"it ship"') == []
     assert _found(store, 'said "SHIP') == ["quote"]
     assert _found(store, "one\nline") == ["quote"]
     assert _found(store, "C:\\temp") == ["quote"]
-    assert _found(store, "\\") == ["quote"]
-    # LIKE wildcards are literal
     assert _found(store, "50%") == ["quote"]
-    assert _found(store, "a_b") == ["quote"]
-    # non-ASCII: as written; ASCII letters case-insensitive, others exactly
-    assert _found(store, "Café") == ["quote"]
-    assert _found(store, "CAFÉ") == []
-    assert _found(store, "brûlée") == ["tool"]
-    # the session id, and metadata values as JSON text
+    assert _found(store, "a_b") == ["quote"]  # the phrase "a b"
+    assert _found(store, "CAFÉ") == ["quote"]
+    assert _found(store, "caf") == []  # a word, not a piece of one
+    assert _found(store, "caf*") == ["quote"]
+    # the session id, and metadata values as JSON text, by the query as written
     assert _found(store, "invoice-20") == ["Invoice-2024"]
     assert _found(store, "PLANS") == ["quote"]
-    # (a needle of digits alone could be in a random id or a timestamp: not this one)
+    assert _found(store, "brûlée") == ["tool"]
     assert _found(store, "TRUE,null,12345") == ["tool"]
-    assert _found(store, '"Plans"') == []  # a JSON string's own quotes are not its text
+    assert _found(store, '"Plans"') == []  # neither a message's words nor metadata's text
     assert _found(store, "no such text") == []
     # with the other filters
     assert _found(store, "invoice", user="u1") == ["Invoice-2024"]
     assert _found(store, "invoice", user="u2") == []
-    assert _found(store, "a", metadata={"n": 12345}) == ["tool"]
+    assert _found(store, "a") == ["plain", "quote"]
+    assert _found(store, "a", metadata={"title": "Plans"}) == ["quote"]
     assert _found(store, "", order="recent") == sorted(
         ["quote", "tool", "Invoice-2024", "plain"])  # an empty query keeps everything
+    with pytest.raises(InvalidArgument, match="q: a search needs at least one word"):
+        _found(store, "\\")
 
 
 def test_list_sessions_search_pages_in_both_orders(store: BaseStore) -> None:

@@ -112,15 +112,26 @@ def test_migrate_an_empty_schema(conn: Any) -> None:
             "messages": ["tenant", "session_id", "seq"],
             "migrations": ["name"],
             "overrides": ["tenant", "session_id", "seq"],
+            "search_index": ["one"],
             "sessions": ["tenant", "session_id"],
         }
         indexes: dict[str, list[str]] = {}
         for table, index in conn.execute(
                 "SELECT tablename, indexname FROM pg_indexes WHERE schemaname = %s", (schema,)):
             indexes.setdefault(table, []).append(index)
-        # one index per per-message table (plans never depend on statistics)
-        for table in ("messages", "message_ids", "calls", "kept", "overrides"):
+        # one index per per-message table (plans never depend on statistics); the
+        # search's are partial on conditions only its statements state (schema m005)
+        for table in ("message_ids", "calls", "kept", "overrides"):
             assert indexes[table] == [f"{table}_pkey"]
+        assert sorted(indexes["messages"]) == [
+            "messages_pkey", "messages_search_simple", "messages_unindexed"]
+        partial = dict(conn.execute(
+            "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index i JOIN "
+            "pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname LIKE 'messages\\_%%'", (schema,)).fetchall())
+        assert partial == {"messages_pkey": None,
+                           "messages_search_simple": "(words IS NOT NULL)",
+                           "messages_unindexed": "(words IS NULL)"}
         assert sorted(indexes["sessions"]) == [
             "sessions_by_created", "sessions_by_expiry", "sessions_by_parent", "sessions_by_root",
             "sessions_by_updated", "sessions_by_user", "sessions_pkey"]
@@ -454,9 +465,9 @@ def test_a_session_is_found_by_its_primary_key() -> None:
                                               "budget": 300}),
         }
         for one in (False, True):
-            params = {**planned, **postgres_store.rows_params([row], {})[0]}
+            params = {**planned, **postgres_store.rows_params([row], {}, [""])[0]}
             if not one:
-                params = {**planned, "batch": postgres_store.batch_json([row], {})}
+                params = {**planned, "batch": postgres_store.batch_json([row], {}, [""])}
             lookups[f"append_{one}"] = (q.append_statement(one, True, True, True).statement,
                                         params)
         listings: dict[str, tuple[str, Any]] = {
@@ -789,8 +800,8 @@ def test_one_row_statements_store_what_the_whole_batch_statement_stores(
     rows_params = postgres_store.rows_params
     statement = postgres_store.Queries.append_statement
 
-    def counted(rows: Any, calls: Any) -> Any:
-        params, one = rows_params(rows, calls)
+    def counted(rows: Any, calls: Any, words: Any) -> Any:
+        params, one = rows_params(rows, calls, words)
         ones.append(one)
         return params, one
 
@@ -798,8 +809,8 @@ def test_one_row_statements_store_what_the_whole_batch_statement_stores(
         patch.setattr(postgres_store, "rows_params", counted)
 
     def plain(patch: pytest.MonkeyPatch) -> None:
-        patch.setattr(postgres_store, "rows_params", lambda rows, calls: (
-            {"batch": postgres_store.batch_json(rows, calls)}, False))
+        patch.setattr(postgres_store, "rows_params", lambda rows, calls, words: (
+            {"batch": postgres_store.batch_json(rows, calls, words)}, False))
         patch.setattr(postgres_store.Queries, "append_statement",
                       lambda q, *parts: statement(q, False, True, True, True))
 

@@ -23,7 +23,10 @@ from chathistory.stores.backend import recent_key
 from chathistory.stores.sqlite import SQLiteStore
 
 TABLES = {"migrations", "sessions", "messages", "calls", "status_overrides", "assets",
-          "asset_refs"}
+          "asset_refs", "search_sessions", "search_pending", "search_state",
+          # the FTS5 table (m004_search) and its shadow tables
+          "search_words", "search_words_data", "search_words_idx", "search_words_docsize",
+          "search_words_config"}
 INDEXES = {"sessions_by_created", "sessions_by_user", "sessions_by_parent", "sessions_by_root",
            "sessions_by_expiry", "sessions_by_updated", "messages_by_id", "messages_kept",
            "calls_by_seq", "asset_refs_by_session"}

@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from seed import Seeded
+from seed import Seeded, wait_until
 
 from chathistory.stores.sqlite import SQLiteStore
 
@@ -47,3 +48,26 @@ class Page:
         path = SCREENSHOTS / f"{name}.png"
         self.page.screenshot(path=str(path), full_page=full_page)
         return path
+
+
+def api_paths(page: Any) -> list[str]:
+    """The API requests the page makes from now on (paths, in order)."""
+    paths: list[str] = []
+
+    def seen(request: Any) -> None:
+        path = urlsplit(request.url).path
+        if path.startswith("/v1/"):
+            paths.append(path)
+
+    page.on("request", seen)
+    return paths
+
+
+def settled(page: Any, rows: str, count: int, busy: str) -> str:
+    """Wait for ``count`` elements matching ``rows`` and a status line that no longer
+    starts with ``busy``; the status line's text."""
+    wait_until(page, "([rows, n, busy]) => document.querySelectorAll(rows).length === n"
+               " && !document.querySelector('.list-status').textContent.startsWith(busy)",
+               arg=[rows, count, busy])
+    text: str = page.locator(".list-status").inner_text()
+    return text

@@ -70,7 +70,7 @@ def test_every_operation_is_on_the_page_and_nothing_is_refused(docs: DocsPage) -
         assert block.count() == 1, (route.method, route.path)
         assert route.path in block.locator(".opblock-summary-path").inner_text()
     tags = [t.inner_text().split("\n")[0] for t in page.locator(".opblock-tag-section h3").all()]
-    assert tags == ["sessions", "assets", "data", "system", "OpenAI Conversations"]
+    assert tags == ["sessions", "search", "assets", "data", "system", "OpenAI Conversations"]
     assert docs.console == []  # a CSP refusal or a script error is logged here
     foreign = [url for url in docs.requests if not url.startswith(docs.site.url + "/")]
     assert foreign == []

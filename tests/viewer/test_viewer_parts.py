@@ -3,7 +3,8 @@ server of its own: code highlighted by the vendored highlight.js and built as
 nodes, code-interpreter arguments as code, each tool result once (and opened by
 "expand tools and reasoning"), tables wrapped at word boundaries, images a
 ChatGPT export did not include labelled as images, a switcher where branches
-part, distinct branch labels, and titles with their Markdown stripped."""
+part, distinct branch labels, titles with their Markdown stripped, and a provider's
+compaction as a card with a line above its message (issue 21)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ from pages import SCREENSHOTS, Page
 from seed import wait_until
 from serverkit import LiveServer
 
-from chathistory import Message
+from chathistory import Message, TextPart
 from chathistory.importers import import_file
+from chathistory.model import Compaction
 from chathistory.server.app import create_app
 from chathistory.stores.sqlite import SQLiteStore
 from chathistory.titles import plain_preview
@@ -52,6 +54,28 @@ def not_highlighted(): pass
 
 {TABLE}"""
 CODE = "import numpy as np\nprint(np.arange(3).sum())"
+OPAQUE = "gAAAAB" + "Zx" * 600 + "é"  # 1,208 bytes in UTF-8 (1,207 characters)
+SUMMARY = "They plan **a week in Italy**: Rome, Florence, Venice; the user likes trains."
+LONG = "word " * 9_000  # more than the 8,000 tokens the viewer previews a window at
+
+
+def compacted() -> list[Message]:
+    """A session compacted three times: by OpenAI (opaque), by Anthropic (with a
+    summary, in the turn it answered), and by Anthropic again, failed (neither summary
+    nor data); a message too long for the previewed window before the second."""
+    return [
+        Message.system("You plan trips."),
+        Message.user("A week in Italy?"),
+        Message.assistant("Rome, Florence, Venice."),
+        Message(role="assistant", parts=[Compaction(provider="openai_responses", data=OPAQUE)]),
+        Message.user(LONG),
+        Message(role="assistant", parts=[
+            Compaction(provider="anthropic", text=SUMMARY, data="e1", signature="s1"),
+            TextPart(text="Rome first, then Florence.")]),
+        Message.user("And the weekend after?"),
+        Message(role="assistant", parts=[Compaction(provider="anthropic")]),
+        Message.assistant("Venice."),
+    ]
 
 
 def node(key: str, parent: str | None, children: list[str], role: str | None = None,
@@ -140,6 +164,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         Message.tool_result("call_w", '{"temperature": 21, "sky": "clear"}', name="get_weather"),
         Message.assistant("Paris is 21 °C.", reasoning="Two tools, two results."),
     ])
+    store.create_session("compacted", metadata={"title": "A trip, compacted"})
+    store.append("compacted", compacted())
     question = Message.user("What is 512 \\* 512?")
     store.create_session("calc")  # untitled: called by its first user message
     store.append("calc", [question, Message.assistant("262,144")])
@@ -584,3 +610,83 @@ def test_phone_reads_code_tools_and_branches(view: Any, served: Served) -> None:
     assert page.evaluate(fits)
     page.locator(".msg .branch-switch").scroll_into_view_if_needed()
     v.shot("parts-branches-phone")
+
+
+# ---------------------------------------------------------------- compactions
+
+COMPACTIONS = """() => [...document.querySelectorAll('.timeline > li')].flatMap((li) => {
+  if (li.classList.contains('compaction-divider')) return [['divider', li.textContent]];
+  const card = li.querySelector('.compaction');
+  if (!card) return [];
+  const said = card.querySelector('.compaction-opaque') || card.querySelector('.md');
+  return [['card', li.querySelector('.seq').textContent,
+           card.querySelector('.compaction-provider').textContent, said.textContent]];
+})"""
+
+
+def test_a_compaction_is_a_card_below_a_line_saying_compacted_here(view: Any) -> None:
+    v = view()
+    page = v.open("#/s/compacted")
+    assert page.evaluate(COMPACTIONS) == [
+        ["divider", "compacted here · OpenAI Responses reads from here on"],
+        ["card", "#3", "OpenAI Responses", "opaque compaction data, 1,208 bytes"],
+        ["divider", "compacted here · Anthropic reads from here on"],
+        ["card", "#5", "Anthropic",
+         "They plan a week in Italy: Rome, Florence, Venice; the user likes trains."],
+        ["divider", "compacted here · Anthropic reads from here on"],
+        ["card", "#7", "Anthropic", "no summary and no data (the provider's compaction gave none)"],
+    ]
+    # each line sits right above the message that holds the compaction
+    above = page.evaluate("""() => [...document.querySelectorAll('.compaction-divider')]
+      .map((d) => d.nextElementSibling.matches('li.msg') && !!d.nextElementSibling
+        .querySelector(':scope > .msg-body > .compaction'))""")
+    assert above == [True, True, True]
+    assert page.locator(".compaction-divider").first.is_visible()
+    # the summary is Markdown; the Anthropic turn's text follows it in the same message
+    assert page.locator(".compaction .md strong").inner_text() == "a week in Italy"
+    turn = page.locator(".msg", has=page.locator(".compaction .md"))
+    assert turn.locator(".msg-body > .md").inner_text() == "Rome first, then Florence."
+    page.locator(".compaction-divider").first.scroll_into_view_if_needed()
+    page.evaluate("window.scrollBy(0, -140)")
+    v.shot("parts-compaction")
+
+
+def test_a_compactions_text_and_provider_stay_text(view: Any) -> None:
+    v = view()
+    page = v.open("#/s/compacted")
+    found = page.evaluate("""async () => {
+      const { PartRenderer, compactionDivider } = await import('/viewer/parts.js');
+      const hostile = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>';
+      const card = new PartRenderer().render({ type: 'compaction', provider: hostile,
+        text: `**bold** ${hostile}` });
+      const line = compactionDivider({ type: 'compaction', provider: hostile });
+      document.body.append(card, line);
+      const tags = [...card.querySelectorAll('*'), ...line.querySelectorAll('*')]
+        .map((e) => e.tagName.toLowerCase());
+      return [card.querySelector('.compaction-provider').textContent,
+        card.querySelector('.md').textContent, line.textContent,
+        tags.includes('img') || tags.includes('script'), tags.includes('strong')];
+    }""")
+    hostile = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
+    assert found == [hostile, f"bold {hostile}", f"compacted here · {hostile} reads from here on",
+                     False, True]
+    assert page.evaluate("window.__xss ?? null") is None
+
+
+def test_only_what_the_model_sees_keeps_the_line_of_the_compaction_it_reads(
+        view: Any) -> None:
+    """The window previewed at 8,000 tokens holds the system prompt and everything
+    from the Anthropic compaction on (the long message before it does not fit): the
+    OpenAI compaction's line hides with its message, the marker of the hidden
+    messages goes above the line, not between it and its message."""
+    v = view()
+    page = v.open("#/s/compacted")
+    wait_until(page, "() => document.querySelectorAll('.msg.in-window').length === 5")
+    page.check(".only-window input")
+    shown = page.evaluate("""() => [...document.querySelectorAll('.timeline > li')]
+      .filter((li) => getComputedStyle(li).display !== 'none')
+      .map((li) => li.classList.contains('msg') ? li.querySelector('.seq').textContent
+                                                 : li.className)""")
+    assert shown == ["#0", "window-gap", "compaction-divider", "#5", "#6",
+                     "compaction-divider", "#7", "#8"]
+    v.shot("viewer-compaction")

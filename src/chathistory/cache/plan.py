@@ -10,12 +10,17 @@ provider holds cache entries now, and says:
   blocks before it (its own block counted among the 20, one fewer than the most
   generous reading of the documentation). The chooser puts one breakpoint on the
   last eligible message, one within reach of the deepest entry still valid when the
-  last is not, and spends the rest so that, from the read entry on, no run of
-  ``lookback_blocks`` blocks lacks a breakpoint (an edit then still finds an entry).
+  last is not, one on the end of the caller's pinned head (``pinned``: the leading
+  messages that stay in later prompts, a ``ContextWindow``'s fixed head), so a turn
+  that evicts after the head still reads all of it, and spends the rest so that, from
+  the read entry on, no run of ``lookback_blocks`` blocks lacks a breakpoint (an edit
+  then still finds an entry).
 - OpenAI: a ``prompt_cache_key`` derived from the session id (never the content),
   and the prefix shared with the previous prompt, rounded down to ``1,024 + k*128``.
-- Gemini: the implicit prefix likewise, with the model's minimum, and whether an
-  explicit cache pays off (``explicit_cache_pays_off``).
+- Gemini: the implicit prefix likewise, with the model's minimum, whether an
+  explicit cache pays off (``explicit_cache_pays_off``), and how many leading
+  messages the caller's explicit cache holds (``explicit_cache_messages``), which
+  ``chathistory.formats.gemini_request(cached_content=...)`` leaves out.
 
 Token counts come from ``chathistory.tokens`` (``cached_count``): the counter's
 per-message accounting, so the plan's numbers are estimates of the provider's.
@@ -41,8 +46,9 @@ __all__ = ["CachePlan", "plan_cache", "prompt_cache_key"]
 @dataclass(frozen=True, slots=True)
 class CachePlan:
     """One turn's cache layout and expected cost; pass it to the next turn's
-    ``plan_cache(previous=...)`` and to the encoders (``to_anthropic(cache_plan=...)``,
-    ``chathistory.formats.cache_request_fields``)."""
+    ``plan_cache(previous=...)`` and to the encoders (``to_anthropic(cache_plan=...)``)
+    or the request builders (``chathistory.formats.openai_chat_request`` and the
+    like), which refuse it for messages it was not made for."""
 
     rules: CacheRules
     ttl: str
@@ -63,6 +69,17 @@ class CachePlan:
     tokens_uncached: int
     explicit_cache_pays_off: bool | None = None
     """Gemini: whether an explicit cache beats none (None: storage price unknown)."""
+    explicit_cache_messages: int = 0
+    """Gemini: how many leading messages of the prompt (in ``message_ids`` order,
+    system first) the caller's explicit cache (``client.caches.create``) holds;
+    ``gemini_request(cached_content=...)`` sends only the messages after them. Set by
+    ``plan_cache(explicit_cache_messages=n)`` when the cache is made, carried over
+    from ``previous`` while those messages are unchanged, else 0 (a cache of an
+    edited prefix no longer matches the prompt). The costs do not count it."""
+    pinned: int = 0
+    """How many leading messages of the prompt (in ``message_ids`` order) are the
+    caller's pinned head (``plan_cache(pinned=...)``); Anthropic: the last of them that
+    may hold a breakpoint holds one."""
 
     @property
     def provider(self) -> str:
@@ -110,6 +127,17 @@ class CachePlan:
     def _entry_tokens(self, index: int) -> int:
         return self.rules.cacheable(self.prefix_tokens[index])
 
+    def diverges_at(self, messages: Sequence[Message]) -> int | None:
+        """Where ``messages``, put in the plan's request order, first differ from the
+        planned prompt (an index into ``message_ids``; the length of ``messages`` when
+        they are shorter), or None when they start with it. Messages after the planned
+        prompt are allowed: the turn's new input may be appended once planned."""
+        ordered = _request_order(messages, self.provider)
+        for index, expected in enumerate(self.fingerprints):
+            if index == len(ordered) or _fingerprint(ordered[index]) != expected:
+                return index
+        return None
+
 
 def prompt_cache_key(session_id: str) -> str:
     """A stable OpenAI ``prompt_cache_key`` for a session: a digest of its id, so the
@@ -130,6 +158,8 @@ def plan_cache(
     cache_hours: float = 1.0,
     storage_per_hour: float | None = None,
     rules: CacheRules | None = None,
+    explicit_cache_messages: int | None = None,
+    pinned: int = 0,
 ) -> CachePlan:
     """The cache plan for sending ``messages`` to ``model`` of ``provider``
     (``anthropic``, ``openai``, ``gemini``), given the ``previous`` turn's plan.
@@ -142,6 +172,13 @@ def plan_cache(
     divided by the input price per token, from the rules unless given).
     ``rules`` replaces the provider's rules from ``rules.json`` (its ``provider`` must
     be ``provider``): a what-if, or a price the data file does not hold yet.
+    ``explicit_cache_messages`` (Gemini) is how many leading messages, in request order,
+    an explicit cache the caller made holds; None carries the ``previous`` plan's over
+    while its prefix is unchanged.
+    ``pinned`` is how many of the first ``messages`` stay at the head of later prompts
+    (``WindowPlan.head_count`` of a ``ContextWindow``): under Anthropic's rules a
+    breakpoint goes on the last of them that can hold one, once they reach the
+    minimum, so a later turn that drops messages after them still reads them all.
     """
     if rules is None:
         rules = cache_rules(provider, model)
@@ -151,9 +188,7 @@ def plan_cache(
     if ttl not in rules.ttls:
         raise ValueError(f"{provider} caches for {rules.ttls}, not {ttl!r}")
     token_counter = get_counter(counter)
-    ordered = (list(messages) if provider == "openai"
-               else [m for m in messages if m.role in KEPT_ROLES]
-               + [m for m in messages if m.role not in KEPT_ROLES])
+    ordered = _request_order(messages, provider)
     prefix: list[int] = []
     total = 0
     for msg in ordered:
@@ -162,8 +197,9 @@ def plan_cache(
     ids = tuple(m.id for m in ordered)
     prints = tuple(_fingerprint(m) for m in ordered)
     shared = _shared_prefix(prints, previous, provider)
+    explicit = _explicit_cache(explicit_cache_messages, previous, shared, provider, len(ordered))
     base = {"rules": rules, "ttl": ttl, "message_ids": ids, "fingerprints": prints,
-            "prefix_tokens": tuple(prefix)}
+            "prefix_tokens": tuple(prefix), "pinned": _pinned_prefix(messages, ordered, pinned)}
     if provider == "anthropic":
         return _plan_anthropic(ordered, base, rules, previous, shared)
     read = rules.cacheable(prefix[shared - 1]) if shared else 0
@@ -179,7 +215,47 @@ def plan_cache(
                      prompt_cache_key=(prompt_cache_key(session_id)
                                        if provider == "openai" and session_id else None),
                      tokens_read=read, tokens_written=0, tokens_uncached=total - read,
-                     explicit_cache_pays_off=pays_off)
+                     explicit_cache_pays_off=pays_off, explicit_cache_messages=explicit)
+
+
+def _request_order(messages: Sequence[Message], provider: str) -> list[Message]:
+    """``messages`` in the order the provider's request holds them: as given for
+    OpenAI; system and developer messages first for Anthropic and Gemini, which take
+    them out to a field that precedes the turns."""
+    if provider == "openai":
+        return list(messages)
+    return ([m for m in messages if m.role in KEPT_ROLES]
+            + [m for m in messages if m.role not in KEPT_ROLES])
+
+
+def _pinned_prefix(messages: Sequence[Message], ordered: list[Message], pinned: int) -> int:
+    """How many leading messages of the request (``ordered``) are among the first
+    ``pinned`` of ``messages``: the pinned head in request order (a system message
+    given after the head, which the request moves before it, ends it there)."""
+    if not 0 <= pinned <= len(messages):
+        raise ValueError(f"a pinned head of {pinned} messages, but the prompt has "
+                         f"{len(messages)}")
+    head = {id(m) for m in messages[:pinned]}
+    count = 0
+    for msg in ordered:
+        if id(msg) not in head:
+            break
+        count += 1
+    return count
+
+
+def _explicit_cache(given: int | None, previous: CachePlan | None, shared: int, provider: str,
+                    count: int) -> int:
+    """The plan's ``explicit_cache_messages``: the caller's count, else the previous
+    plan's while the prompt still starts with the messages it holds."""
+    if given is None:
+        held = previous.explicit_cache_messages if previous is not None else 0
+        return held if held <= shared else 0
+    if given and provider != "gemini":
+        raise ValueError(f"explicit caches are Gemini's, not {provider}'s")
+    if not 0 <= given <= count:
+        raise ValueError(f"an explicit cache of {given} messages, but the prompt has {count}")
+    return given
 
 
 def _fingerprint(msg: Message) -> str:
@@ -230,8 +306,9 @@ def _plan_anthropic(ordered: list[Message], base: dict[str, object], rules: Cach
         last_block.append(blocks - 1)
         if cacheable and prefix_tokens[i] >= rules.min_tokens:
             eligible.append(i)
+    pinned: int = base["pinned"]  # type: ignore[assignment]
     chosen = choose_breakpoints(last_block, eligible, _valid_entries(previous, shared, eligible),
-                                rules.max_breakpoints, rules.lookback_blocks)
+                                rules.max_breakpoints, rules.lookback_blocks, pinned)
     read_entry = max(_valid_entries(previous, shared, eligible), default=None)
     read = prefix_tokens[read_entry] if read_entry is not None else 0
     written = prefix_tokens[chosen[-1]] - read if chosen else 0
@@ -252,15 +329,18 @@ def _valid_entries(previous: CachePlan | None, shared: int, eligible: list[int])
 
 def choose_breakpoints(last_block: Sequence[int], eligible: Sequence[int],
                        entries: Sequence[int], max_breakpoints: int,
-                       lookback: int) -> list[int]:
+                       lookback: int, pinned: int = 0) -> list[int]:
     """Message indexes for the breakpoints, ascending.
 
     ``last_block[i]`` is message i's last block; ``eligible`` the messages that may
-    hold one; ``entries`` the eligible messages the provider holds an entry at. A
-    breakpoint at b reads an entry at e when ``0 <= last_block[b] - last_block[e] <
-    lookback``. The last eligible message always gets one; the deepest entry is
-    always read; the rest are spread so no run of ``lookback`` blocks lacks one,
-    and a spare one goes on the first eligible message.
+    hold one; ``entries`` the eligible messages the provider holds an entry at;
+    ``pinned`` how many leading messages are the caller's pinned head. A breakpoint
+    at b reads an entry at e when ``0 <= last_block[b] - last_block[e] < lookback``.
+    In order of need: the last eligible message (the next turn's prefix); one within
+    reach of the deepest entry (always read); the last eligible message of the pinned
+    head (an eviction after it still reads the head: its entry is then the deepest
+    valid one, within its own reach); then the rest spread so that no run of
+    ``lookback`` blocks lacks one; a spare goes on the first eligible message.
     """
     if not eligible or max_breakpoints < 1:
         return []
@@ -277,10 +357,17 @@ def choose_breakpoints(last_block: Sequence[int], eligible: Sequence[int],
         if max_breakpoints == 1:
             return [cur]  # reading the entry saves more than writing past it
         chosen.add(cur)
-    elif max_breakpoints > 1:
+    head = max((i for i in eligible if i < pinned), default=None)
+    if head is not None and len(chosen) < max_breakpoints:
+        chosen.add(head)
+    if read is None and len(chosen) < max_breakpoints:
         chosen.add(cur)
     while len(chosen) < max_breakpoints and not reach(cur, end):
         ahead = [i for i in eligible if i > cur]
+        free = [i for i in chosen if i > cur and reach(cur, i)]
+        if free:  # a breakpoint already chosen is within reach: step to it
+            cur = max(free)
+            continue
         within = [i for i in ahead if reach(cur, i)]
         cur = max(within) if within else ahead[0]
         chosen.add(cur)

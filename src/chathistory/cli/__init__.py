@@ -23,11 +23,12 @@ examples:
   chathistory import conversations.json
   chathistory sessions
   chathistory show SESSION_ID --max-tokens 8000
+  chathistory search '"capital of" fran*'
   chathistory serve
 """
 
-COMMANDS = ("import_", "export", "sessions", "show", "stats", "keys", "migrate", "serve",
-            "count")
+COMMANDS = ("import_", "export", "sessions", "show", "search", "stats", "keys", "migrate",
+            "serve", "count")
 """Command modules, in the order ``--help`` lists them."""
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sqlite3
+import sys
 from typing import Any
 
 from ..stores.protocol import Store
@@ -15,7 +16,9 @@ EPILOG = """\
 Opening a store applies the migrations it lacks (each in one transaction with
 its record), so this is safe to run any time, from several processes at once.
 SQLite and PostgreSQL report their applied migrations; Redis and memory stores
-have no schema to migrate.
+have no schema to migrate. A search index that a store has not built yet (SQLite
+builds a small database's when it opens, a large one's here) is built in batches,
+with its progress on stderr; stopped, it resumes where it was.
 
 examples:
   chathistory migrate
@@ -97,6 +100,23 @@ def inspect(store: Store, before: list[str] | None) -> dict[str, Any]:
     return report
 
 
+def build_search_index(store: Store, show_progress: bool) -> int | None:
+    """Finish the store's search index if it has one to build (``build_search_index``:
+    SQLite), printing progress to stderr; the rows it indexed, or None (no index)."""
+    build = getattr(store, "build_search_index", None)
+    if build is None or not getattr(store, "search_indexed", False):
+        return None
+
+    def progress(done: int, total: int) -> None:
+        print(f"\rsearch index: {done:,} of {total:,} rows", end="", file=sys.stderr,
+              flush=True)
+
+    indexed = int(build(progress=progress if show_progress else None))
+    if show_progress and indexed:
+        print(file=sys.stderr)
+    return indexed
+
+
 @guarded("migrate")
 def run(args: argparse.Namespace) -> int:
     url = store_url(args)
@@ -108,10 +128,12 @@ def run(args: argparse.Namespace) -> int:
         before = _sqlite_applied(location) or []
     store = open_cli_store(args)
     try:
+        indexed = build_search_index(store, show_progress=True)
         report = inspect(store, before)
     finally:
         store.close()
     report["store"] = redact(url)
+    report["search_index_built_now"] = indexed
     if args.json:
         print_json(report)
         return 0
@@ -126,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
         done = f"applied {', '.join(now)}" if now else "nothing to apply"
         print(f"{report['store']}: schema version {report['schema_version']} "
               f"({report['latest']}), {done}")
+        if indexed:
+            print(f"search index: built, {indexed:,} rows indexed now")
     print(f"serialized forms: session v{report['session_schema_version']}, "
           f"messages v{report['message_schema_version']}")
     return 0

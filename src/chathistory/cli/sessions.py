@@ -46,9 +46,10 @@ def register(commands: Any) -> None:
                              "value, else a string); repeat for several")
     parser.add_argument("--recent", action="store_true",
                         help="last changed first (default: oldest created first)")
-    parser.add_argument("--search", metavar="TEXT",
-                        help="only sessions whose id, metadata or messages contain TEXT "
-                             "(ASCII letters case-insensitive)")
+    parser.add_argument("--search", metavar="QUERY",
+                        help="only sessions with a message matching QUERY (words, \"a "
+                             "phrase\", prefix*: as chathistory search), or whose id or "
+                             "metadata contains its text")
     parser.add_argument("--json", action="store_true",
                         help='print {"items": [session... with "title"], "next_cursor": ...}')
     add_store_option(parser)

@@ -33,6 +33,12 @@ Rules every adapter follows:
   whatever they hold, and OpenAI formats send that very string back. Anthropic and
   Gemini take an object: arguments that are not a JSON object go to them as
   ``{"INVALID_JSON": "<string>"}`` (read back as the string).
+- A cache plan (``chathistory.cache.plan_cache``) goes to the encoders as
+  ``cache_plan=``, which refuse a plan for another provider or for other messages
+  (``InvalidMessage`` at ``$.cache_plan``). OpenAI's ``prompt_cache_key`` and Gemini's
+  ``cached_content`` are request fields, not message fields: the request builders
+  (``openai_chat_request``, ``openai_responses_request``, ``anthropic_request``,
+  ``gemini_request``) return the whole create call's keyword arguments.
 """
 
 from ._common import Resolver, RoleMap
@@ -41,15 +47,25 @@ from .cache_fields import cache_request_fields
 from .gemini import from_gemini, to_gemini
 from .openai_chat import from_openai_chat, to_openai_chat
 from .openai_responses import from_openai_responses, to_openai_responses
+from .requests import (
+    anthropic_request,
+    gemini_request,
+    openai_chat_request,
+    openai_responses_request,
+)
 
 __all__ = [
     "Resolver",
     "RoleMap",
+    "anthropic_request",
     "cache_request_fields",
     "from_anthropic",
     "from_gemini",
     "from_openai_chat",
     "from_openai_responses",
+    "gemini_request",
+    "openai_chat_request",
+    "openai_responses_request",
     "to_anthropic",
     "to_gemini",
     "to_openai_chat",

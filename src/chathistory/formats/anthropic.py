@@ -88,6 +88,7 @@ from ._common import (
     split_user_turn,
     with_meta,
 )
+from .cache_fields import check_cache_plan
 
 if TYPE_CHECKING:
     from ..cache import CachePlan
@@ -121,8 +122,9 @@ def to_anthropic(
     unless ``keep_cache_control=False`` (then only ``cache_breakpoint_id`` places
     breakpoints). ``cache_plan`` (from ``chathistory.cache.plan_cache``) places its
     ``breakpoint_ids`` too, with its TTL (``{"type": "ephemeral", "ttl": "1h"}`` for
-    ``1h``) on every breakpoint placed; a plan for another provider raises. More
-    than four breakpoints in all raise, as the API refuses them.
+    ``1h``) on every breakpoint placed; a plan for another provider or for other
+    messages raises (``$.cache_plan``). More than four breakpoints in all raise, as
+    the API refuses them.
     Raises ``InvalidMessage`` naming the path for an unknown role, a stored
     attachment without ``resolver``, or a part Anthropic cannot carry (audio, video,
     media in an assistant turn) unless ``drop_unsupported``.
@@ -132,9 +134,7 @@ def to_anthropic(
                    else set(cache_breakpoint_id or ()))
     cache_control: JSON = {"type": "ephemeral"}
     if cache_plan is not None:
-        if cache_plan.provider != NS:
-            raise InvalidMessage(f"a cache plan for {cache_plan.provider}, not anthropic",
-                                 "$.cache_plan")
+        check_cache_plan(cache_plan, messages, NS)
         breakpoints.update(cache_plan.breakpoint_ids)
         if cache_plan.ttl != "5m":
             cache_control["ttl"] = cache_plan.ttl

@@ -1,20 +1,26 @@
-"""The request fields a cache plan adds beside the messages.
+"""The request fields a cache plan adds beside the messages, and the check that a plan
+fits the messages it is sent with.
 
 OpenAI's ``prompt_cache_key`` is a field of the request (Chat Completions and
 Responses alike), not of a message, so the encoders of messages cannot carry it:
-``cache_request_fields(plan)`` gives the fields to spread into the request.
-Anthropic's breakpoints go on blocks (``to_anthropic(messages, cache_plan=plan)``)
-and Gemini's implicit cache needs no field, so both give ``{}``.
+``cache_request_fields(plan)`` gives the fields to spread into the request (the
+request builders of ``chathistory.formats.requests`` do so). Anthropic's breakpoints
+go on blocks (``to_anthropic(messages, cache_plan=plan)``) and Gemini's implicit
+cache needs no field, so both give ``{}``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from ..errors import InvalidMessage
 
 if TYPE_CHECKING:
     from ..cache import CachePlan
+    from ..model import Message
 
-__all__ = ["cache_request_fields"]
+__all__ = ["cache_request_fields", "check_cache_plan"]
 
 
 def cache_request_fields(plan: CachePlan) -> dict[str, Any]:
@@ -24,3 +30,21 @@ def cache_request_fields(plan: CachePlan) -> dict[str, Any]:
     if plan.provider == "openai" and plan.prompt_cache_key is not None:
         return {"prompt_cache_key": plan.prompt_cache_key}
     return {}
+
+
+def check_cache_plan(plan: CachePlan, messages: Sequence[Message], provider: str) -> None:
+    """Raise ``InvalidMessage`` at ``$.cache_plan`` unless ``plan`` is for ``provider``
+    and was made for ``messages`` (they start with the planned prompt, content and ids
+    alike): a plan sent with other messages would place breakpoints or promise a
+    cached prefix that the request does not have."""
+    if plan.provider != provider:
+        raise InvalidMessage(f"a cache plan for {plan.provider}, not {provider}", "$.cache_plan")
+    at = plan.diverges_at(messages)
+    if at is None:
+        return
+    if at == len(messages):
+        reason = f"the messages end before the planned prompt's message {at}"
+    else:
+        reason = f"the messages differ from the planned prompt at its message {at}"
+    raise InvalidMessage(f"{reason} ({plan.message_ids[at]!r}): the cache plan was made for "
+                         "other messages", "$.cache_plan")

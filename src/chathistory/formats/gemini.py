@@ -37,8 +37,8 @@ Mapping, both directions:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, assert_never
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, assert_never
 
 from ..errors import InvalidMessage
 from ..model import (
@@ -85,6 +85,10 @@ from ._common import (
     split_user_turn,
     with_meta,
 )
+from .cache_fields import check_cache_plan
+
+if TYPE_CHECKING:
+    from ..cache import CachePlan
 
 __all__ = ["from_gemini", "to_gemini"]
 
@@ -100,20 +104,37 @@ def to_gemini(
     role_map: RoleMap | None = None,
     drop_unsupported: bool = False,
     send_call_ids: bool = False,
+    cache_plan: CachePlan | None = None,
 ) -> JSON:
     """``{"contents": [...], "system_instruction": {...}}`` for ``generateContent``.
 
     Raises ``InvalidMessage`` naming the path for an unknown role, a stored attachment
     without ``resolver``, media by URL without a known media type, a result whose tool
     name cannot be found, or media in the system instruction (unless
-    ``drop_unsupported``).
+    ``drop_unsupported``). ``cache_plan`` (from ``chathistory.cache.plan_cache``) only
+    checks that the plan is Gemini's and made for ``messages`` (else ``InvalidMessage``
+    at ``$.cache_plan``): the implicit cache takes no field, and an explicit cache is
+    named in the request's config, which ``gemini_request`` builds.
     """
-    opts = Options(resolver, role_map, drop_unsupported)
+    if cache_plan is not None:
+        check_cache_plan(cache_plan, messages, NS)
+    return encode_request(messages, Options(resolver, role_map, drop_unsupported), send_call_ids)
+
+
+def encode_request(messages: Sequence[Message], opts: Options, send_call_ids: bool,
+                   cached_ids: Collection[str] = ()) -> JSON:
+    """``to_gemini``'s request, leaving out the messages named in ``cached_ids`` (an
+    explicit cache holds them; the first of each id is left out), whose tool calls
+    still give their results' function names."""
     calls = {p.id: p for m in messages for p in m.parts if isinstance(p, ToolCall)}
+    left_out = set(cached_ids)
     system: list[JSON] = []
     contents: list[JSON] = []
     for i, msg in enumerate(messages):
-        role = canonical_role(msg.role, i, role_map)
+        if msg.id in left_out:
+            left_out.discard(msg.id)
+            continue
+        role = canonical_role(msg.role, i, opts.role_map)
         path = f"$[{i}]"
         match role:
             case Role.SYSTEM | Role.DEVELOPER:

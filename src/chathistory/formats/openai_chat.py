@@ -31,7 +31,7 @@ Mapping, both directions:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 from ..errors import InvalidMessage
 from ..model import (
@@ -76,6 +76,10 @@ from ._openai import (
     encode_audio,
     file_id,
 )
+from .cache_fields import check_cache_plan
+
+if TYPE_CHECKING:
+    from ..cache import CachePlan
 
 __all__ = ["from_openai_chat", "to_openai_chat"]
 
@@ -90,6 +94,7 @@ def to_openai_chat(
     resolver: Resolver | None = None,
     role_map: RoleMap | None = None,
     drop_unsupported: bool = False,
+    cache_plan: CachePlan | None = None,
 ) -> list[JSON]:
     """The ``messages`` list for Chat Completions.
 
@@ -97,7 +102,12 @@ def to_openai_chat(
     a stored attachment without ``resolver``, or a part Chat Completions cannot carry
     (audio other than wav/mp3, media in a tool result or assistant message, a file
     by URL) unless ``drop_unsupported`` is true.
+    ``cache_plan`` (from ``chathistory.cache.plan_cache``) only checks that the plan
+    is OpenAI's and made for ``messages`` (else ``InvalidMessage`` at ``$.cache_plan``);
+    its ``prompt_cache_key`` is a request field, which ``openai_chat_request`` adds.
     """
+    if cache_plan is not None:
+        check_cache_plan(cache_plan, messages, "openai")
     opts = Options(resolver, role_map, drop_unsupported)
     out: list[JSON] = []
     for i, msg in enumerate(messages):

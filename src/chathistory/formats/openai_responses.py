@@ -36,7 +36,7 @@ Mapping, both directions:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 from ..errors import InvalidMessage
 from ..model import (
@@ -71,6 +71,10 @@ from ._common import (
     with_meta,
 )
 from ._openai import decode_input_part, encode_input_media
+from .cache_fields import check_cache_plan
+
+if TYPE_CHECKING:
+    from ..cache import CachePlan
 
 __all__ = ["from_openai_responses", "to_openai_responses"]
 
@@ -85,13 +89,19 @@ def to_openai_responses(
     resolver: Resolver | None = None,
     role_map: RoleMap | None = None,
     drop_unsupported: bool = False,
+    cache_plan: CachePlan | None = None,
 ) -> list[JSON]:
     """The ``input`` item list for the Responses API.
 
     Raises ``InvalidMessage`` naming the path for an unknown role, a stored attachment
     without ``resolver``, or a part the API cannot carry (media in an assistant or
     system message, audio other than wav/mp3 bytes) unless ``drop_unsupported``.
+    ``cache_plan`` (from ``chathistory.cache.plan_cache``) only checks that the plan
+    is OpenAI's and made for ``messages`` (else ``InvalidMessage`` at ``$.cache_plan``);
+    its ``prompt_cache_key`` is a request field, which ``openai_responses_request`` adds.
     """
+    if cache_plan is not None:
+        check_cache_plan(cache_plan, messages, "openai")
     opts = Options(resolver, role_map, drop_unsupported)
     out: list[JSON] = []
     for i, msg in enumerate(messages):

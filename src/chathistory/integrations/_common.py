@@ -1,37 +1,46 @@
 """What the framework adapters share: a store on both sides (sync and async),
 appends that create the session on first use, reads of a session that may not
-exist yet, message ids taken from the framework, JSON-safe metadata, and the
-placeholder that lets an assistant message with no content of ours be stored."""
+exist yet, message ids taken from the framework, JSON-safe metadata, the
+placeholder that lets an assistant message with no content of ours be stored, and
+provider compactions: their provider's own item or block, and the ones a framework
+cannot carry kept beside its message."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import msgspec
 
 from ..errors import Conflict, InvalidMessage, NotFound
-from ..model import AudioPart, FilePart, ImagePart, Message, Part, Reasoning, new_id
+from ..formats import from_anthropic, from_openai_responses, to_anthropic, to_openai_responses
+from ..model import AudioPart, Compaction, FilePart, ImagePart, Message, Part, Reasoning, new_id
 from ..stores.aio import AsyncStoreAdapter
 from ..stores.base import Store
 
 __all__ = [
+    "COMPACTION_KEY",
     "aappend_creating",
     "append_creating",
     "b64decode",
+    "compaction_of",
     "data_url",
     "ids_for",
     "is_placeholder",
     "json_safe",
+    "kept_compactions",
     "media_part",
+    "native_compaction",
+    "natively",
     "or_empty",
     "placeholder",
     "resolved",
     "storable",
     "store_pair",
+    "with_kept_compactions",
 ]
 
 T = TypeVar("T")
@@ -172,3 +181,105 @@ def is_placeholder(part: Part, namespace: str) -> bool:
     """True for the ``placeholder(namespace)`` part."""
     return (type(part) is Reasoning and not part.text and part.data is None
             and part.provider_metadata.get(namespace, {}).get("placeholder") is True)
+
+
+# ---------------------------------------------------------------- provider compactions
+
+COMPACTION_KEY = "chathistory_compaction"
+"""The key, in metadata of a framework message that no provider is sent, under which
+an adapter keeps the compactions ``kept_compactions`` names."""
+_NATIVE = ("openai_responses", "anthropic")
+
+
+def native_compaction(part: Compaction) -> dict[str, Any] | None:
+    """The provider's own form of ``part``: the Responses ``compaction`` item, or the
+    Anthropic ``compaction`` block (as the provider formats write them); None for a
+    compaction of another provider."""
+    if part.provider not in _NATIVE:
+        return None
+    message = Message(role="assistant", parts=[part])
+    if part.provider == "anthropic":
+        turns = to_anthropic([message])["messages"]
+        return dict(turns[0]["content"][0]) if turns else None
+    items = to_openai_responses([message])
+    return dict(items[0]) if items else None
+
+
+def compaction_of(native: Mapping[str, Any]) -> Compaction | None:
+    """Our part for a provider's own compaction: an Anthropic ``compaction`` block (it
+    has ``content``, null when compaction failed) or a Responses ``compaction`` item
+    (it never has one), decoded by the provider's format; None for anything else,
+    or for a block or item the format refuses."""
+    if native.get("type") != "compaction":
+        return None
+    try:
+        if "content" in native:
+            found = from_anthropic(None, [{"role": "assistant", "content": [dict(native)]}])
+        else:
+            found = from_openai_responses([native])
+    except InvalidMessage:
+        return None
+    parts = found[0].parts if len(found) == 1 else []
+    return parts[0] if len(parts) == 1 and type(parts[0]) is Compaction else None
+
+
+def _without(part: Compaction, namespace: str) -> Compaction:
+    if namespace not in part.provider_metadata:
+        return part
+    rest = {k: v for k, v in part.provider_metadata.items() if k != namespace}
+    return msgspec.structs.replace(part, provider_metadata=rest)
+
+
+def natively(part: Compaction) -> Compaction | None:
+    """What ``part`` reads back as from its provider's own item or block (None when its
+    provider has none): the ``carried`` of a framework that keeps those as given."""
+    form = native_compaction(part)
+    return None if form is None else compaction_of(form)
+
+
+Carried = Callable[[Compaction], Compaction | None]
+"""What a compaction reads back as from a framework's own form of it (without the
+adapter's metadata), None when the framework has no form for it."""
+
+
+def kept_compactions(parts: Sequence[Part], namespace: str, carried: Carried = natively
+                     ) -> list[list[Any]]:
+    """``[index, part]`` (the part as JSON, without the adapter's ``namespace``) for
+    each compaction in ``parts`` the framework's own form would not give back whole
+    (``carried``), or has no form for. The adapter keeps the list in metadata of the
+    framework message that is never sent."""
+    kept: list[list[Any]] = []
+    for index, part in enumerate(parts):
+        if type(part) is Compaction:
+            mine = _without(part, namespace)
+            if carried(mine) != mine:
+                kept.append([index, msgspec.to_builtins(mine)])
+    return kept
+
+
+def with_kept_compactions(parts: list[Part], kept: Any, namespace: str, path: str,
+                          carried: Carried = natively) -> list[Part]:
+    """``parts`` with what ``kept_compactions`` kept back in place: a compaction the
+    framework has a form for replaces the one read from that form at its index
+    (keeping that one's ``namespace`` metadata), if the framework left the form as
+    written; one it has none for is inserted at its index. A ``kept`` that is not such
+    a list is ``InvalidMessage`` at ``path``."""
+    if kept is None:
+        return parts
+    try:
+        entries = sorted(((int(index), msgspec.convert(raw, Compaction)) for index, raw in kept),
+                         key=lambda entry: entry[0])
+    except (TypeError, ValueError, msgspec.ValidationError):
+        raise InvalidMessage("expected a list of [index, compaction] pairs", path) from None
+    out = list(parts)
+    for index, part in entries:
+        expected = carried(part)
+        if expected is None:
+            out.insert(index, part)
+            continue
+        found = out[index] if 0 <= index < len(out) else None
+        if type(found) is Compaction and _without(found, namespace) == expected:
+            ours = found.provider_metadata.get(namespace)
+            out[index] = part if ours is None else msgspec.structs.replace(
+                part, provider_metadata={**part.provider_metadata, namespace: ours})
+    return out

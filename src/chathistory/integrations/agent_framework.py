@@ -32,6 +32,13 @@ left out. ``message_id`` is our id (a message without one gets a UUID and reads
 back with none, as given; the caller's messages are never changed);
 ``author_name`` is ``Message.name``; JSON-safe ``additional_properties`` are kept.
 
+A provider compaction (``Compaction``) has no content type in the framework (its
+OpenAI client drops the ``compaction`` items it receives): it is kept in the
+message's ``additional_properties["chathistory_compaction"]`` and read back in place,
+and the framework never sends it to a provider (a run leaves a message holding
+nothing else out of the context, as the framework's own provider leaves out a message
+with no contents).
+
 Parity with the framework's ``InMemoryHistoryProvider`` (tested on every store
 backend, saved in one batch or one at a time, and through agent runs): what
 ``get_messages`` returns is ``to_dict()``-equal to what it returns after its
@@ -44,7 +51,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, assert_never
 
 import msgspec
 
@@ -52,6 +59,7 @@ from ..errors import Conflict, InvalidMessage, MissingDependency, NotFound
 from ..model import (
     Attachment,
     AudioPart,
+    Compaction,
     FilePart,
     ImagePart,
     KVStatus,
@@ -71,16 +79,19 @@ from ..stores.base import Store
 from ..stores.model import DEFAULT_TENANT
 from ..stores.model import Session as StoreSession
 from ._common import (
+    COMPACTION_KEY,
     append_creating,
     data_url,
     ids_for,
     is_placeholder,
     json_safe,
+    kept_compactions,
     media_part,
     or_empty,
     placeholder,
     resolved,
     storable,
+    with_kept_compactions,
 )
 
 try:
@@ -118,11 +129,17 @@ def from_agent_framework(messages: Sequence[AFMessage], *, assign_ids: bool = Fa
         meta: dict[str, Any] = {}
         if kept:
             meta["contents"] = json_safe(kept)
-        props = json_safe(dict(af.additional_properties))
+        props = json_safe(dict(af.additional_properties)) or {}
+        compactions = props.pop(COMPACTION_KEY, None)
         if props:
             meta["additional_properties"] = props
         if af.message_id != mid and not (assign_ids and af.message_id is None):
             meta["message_id"] = af.message_id  # read back as given (None when it had none)
+        try:
+            parts = with_kept_compactions(parts, compactions, NS,
+                                          f"$.additional_properties.{COMPACTION_KEY}", _no_form)
+        except InvalidMessage as exc:
+            raise exc.under(f"$[{i}]") from None
         msg = Message(id=mid, role=str(af.role), name=af.author_name or None, parts=parts,
                       provider_metadata={NS: meta} if meta else {})
         try:
@@ -136,6 +153,11 @@ def from_agent_framework(messages: Sequence[AFMessage], *, assign_ids: bool = Fa
         if assign_ids and af.message_id is None:
             af.message_id = mid
     return out
+
+
+def _no_form(part: Compaction) -> None:
+    """The framework has no content for a compaction (see the module docstring)."""
+    return None
 
 
 def _with_fields(part: Part, content: Content, path: str) -> Part:
@@ -213,9 +235,13 @@ def to_agent_framework(messages: Sequence[Message]) -> list[AFMessage]:
                 contents.append(_fielded(content, part))
         for index, raw in meta.get("contents", []):
             contents.insert(index, Content.from_dict(raw))
+        props = dict(meta.get("additional_properties", {}))
+        compactions = kept_compactions(msg.parts, NS, _no_form)
+        if compactions:
+            props[COMPACTION_KEY] = compactions
         out.append(AFMessage(msg.role, contents, author_name=msg.name,
                              message_id=meta.get("message_id", msg.id),
-                             additional_properties=dict(meta.get("additional_properties", {}))))
+                             additional_properties=props))
     return out
 
 
@@ -257,7 +283,10 @@ def _content(part: Part, path: str) -> Content | None:
                 result = [c for c in (_content(p, path) for p in result) if c is not None]
             return Content.from_function_result(
                 part.call_id, result=result, exception="error" if part.is_error else None)
-    return None  # pragma: no cover - the match is exhaustive
+        case Compaction():
+            return None  # no content type: kept in the message's additional_properties
+        case _:
+            assert_never(part)
 
 
 # ---------------------------------------------------------------- the provider
@@ -330,7 +359,9 @@ class ChatHistoryAgentProvider(HistoryProvider):
         loaded = [m for m in prompt if from_history(m)]
         if self.store is not None:
             loaded = await self.history.dispatched(resolved, self.store, loaded, self.tenant)
-        context.extend_messages(self, to_agent_framework(loaded))
+        # As the framework's own HistoryProvider does, a message with no contents (a
+        # compaction alone) is not added: there is nothing in it to send.
+        context.extend_messages(self, [m for m in to_agent_framework(loaded) if m.contents])
 
     async def after_run(self, *, agent: Any, session: AgentSession, context: SessionContext,
                         state: dict[str, Any]) -> None:

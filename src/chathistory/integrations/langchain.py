@@ -10,6 +10,13 @@ Mapping (``from_langchain`` / ``to_langchain``):
   standard ``image`` blocks; data URLs and base64 become attachments, stored once
   by hash), standard ``audio`` / ``file`` blocks, and reasoning (``reasoning``,
   Anthropic ``thinking`` with its signature, ``redacted_thinking``).
+- Provider compactions: a ``compaction`` block (what langchain-openai keeps of a
+  Responses ``compaction`` item, what langchain-anthropic keeps of an Anthropic
+  ``compaction`` block; either may be wrapped in a ``non_standard`` block) is a
+  ``Compaction`` part and goes back as the same block, which those integrations send
+  to their provider. A compaction of another provider, or one its block would not
+  give back whole, is kept in ``response_metadata["chathistory_compaction"]``,
+  which LangChain never sends.
 - ``AIMessage.tool_calls`` are tool calls; a ``ToolMessage`` is a tool result
   (``tool_call_id``; ``status="error"`` is ``is_error``; its ``name`` the tool's).
 - ``additional_kwargs``, ``response_metadata``, ``usage_metadata``,
@@ -40,13 +47,16 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, assert_never
+
+import msgspec
 
 from ..errors import InvalidMessage, MissingDependency
 from ..groups import Groups
 from ..model import (
     Attachment,
     AudioPart,
+    Compaction,
     FilePart,
     ImagePart,
     Message,
@@ -63,19 +73,24 @@ from ..stores.base import Store
 from ..stores.model import DEFAULT_TENANT
 from ..tokens import TokenCounter
 from ._common import (
+    COMPACTION_KEY,
     aappend_creating,
     append_creating,
     b64decode,
+    compaction_of,
     data_url,
     ids_for,
     is_placeholder,
     json_safe,
+    kept_compactions,
     media_part,
+    native_compaction,
     or_empty,
     placeholder,
     resolved,
     storable,
     store_pair,
+    with_kept_compactions,
 )
 
 try:
@@ -125,6 +140,9 @@ def _from_one(lc: BaseMessage, mid: str) -> Message | None:
         value = json_safe(getattr(lc, field, None))
         if value:
             kept[field] = value
+    compactions = kept.get("response_metadata", {}).pop(COMPACTION_KEY, None)
+    if kept.get("response_metadata") == {}:
+        del kept["response_metadata"]
     name = lc.name or None
     parts: list[Part]
     if isinstance(lc, ToolMessage):
@@ -141,6 +159,7 @@ def _from_one(lc: BaseMessage, mid: str) -> Message | None:
         if isinstance(lc, AIMessage):
             parts += [ToolCall(id=c.get("id") or new_id(), name=c["name"],
                                arguments=dict(c.get("args") or {})) for c in lc.tool_calls]
+    parts = with_kept_compactions(parts, compactions, NS, f"$.response_metadata.{COMPACTION_KEY}")
     if lc.id != mid:
         kept["id"] = lc.id  # read back as given (None when it had none)
     msg = Message(id=mid, role=role, name=name, parts=parts,
@@ -222,6 +241,13 @@ def _part(block: Any, path: str) -> Part | None:
                          provider_metadata={NS: {"form": "thinking"}})
     if kind == "redacted_thinking" and isinstance(block.get("data"), str):
         return Reasoning(data=block["data"], provider_metadata={NS: {"form": "redacted_thinking"}})
+    if kind == "compaction":
+        return compaction_of({k: v for k, v in block.items() if k != "index"})
+    value = block.get("value")
+    if kind == "non_standard" and isinstance(value, dict) and value.get("type") == "compaction":
+        found = compaction_of({k: v for k, v in value.items() if k != "index"})
+        return None if found is None else msgspec.structs.replace(
+            found, provider_metadata={**found.provider_metadata, NS: {"form": "non_standard"}})
     return None
 
 
@@ -255,6 +281,15 @@ def to_langchain(messages: Sequence[Message]) -> list[BaseMessage]:
 
 
 def _to_lc(msg: Message) -> list[BaseMessage]:
+    out = _to_lc_messages(msg)
+    compactions = kept_compactions(msg.parts, NS)
+    if compactions:  # on the last message only, so that they are read back once
+        last = out[-1]
+        last.response_metadata = {**last.response_metadata, COMPACTION_KEY: compactions}
+    return out
+
+
+def _to_lc_messages(msg: Message) -> list[BaseMessage]:
     kept = msg.provider_metadata.get(NS, {})
     extra = {k: kept[k] for k in ("additional_kwargs", "response_metadata") if k in kept}
     lc_id = kept.get("id", msg.id)
@@ -324,8 +359,15 @@ def _blocks(parts: Sequence[Part], path: str) -> list[Any]:
                                    "signature": part.signature})
                 elif part.text:
                     blocks.append({"type": "reasoning", "reasoning": part.text})
+            case Compaction():
+                native = native_compaction(part)  # None: kept in response_metadata
+                if native is not None:
+                    blocks.append({"type": "non_standard", "value": native}
+                                  if form == "non_standard" else native)
             case ToolCall() | ToolResult():
                 pass  # carried by tool_calls / ToolMessage, not by content
+            case _:
+                assert_never(part)
     return blocks
 
 

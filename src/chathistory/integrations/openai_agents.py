@@ -34,6 +34,11 @@ rule, on purpose:
 Messages that other writers added to the same session (a ``HistoryProvider``,
 another adapter) are returned as ``to_openai_responses`` encodes them
 (``pop_item`` removes such a message whole and returns its last item).
+
+Provider compactions: a ``compaction`` item (``OpenAIResponsesCompactionSession``'s,
+or one the API returns) is stored as a ``Compaction`` part and returned as the item;
+another writer's OpenAI compaction is returned as its item, and an Anthropic one,
+which the Responses API cannot read, is not returned but stays stored.
 """
 
 from __future__ import annotations

@@ -19,10 +19,21 @@
   (a JSON-string ``args`` is kept as given) in order. A response with no content
   of ours (no parts, an empty ``TextPart("")``, only native tool parts) is stored
   with a placeholder part (``_common.placeholder``) that no provider format sends.
+- A provider's ``CompactionPart`` in a response is a ``Compaction`` part: OpenAI's
+  (``provider_details`` the Responses ``compaction`` item, as pydantic-ai's OpenAI
+  model keeps it) and Anthropic's (``content`` the summary, ``provider_details`` its
+  ``encrypted_content`` / ``signature``). Ours go back as the part pydantic-ai's own
+  models build from that item or block, which they send to the provider that wrote
+  it. A compaction of another provider, or one that part would not give back whole
+  (Anthropic's ``tool_changes``, say), is kept in the response's
+  ``metadata["chathistory_compaction"]``, which pydantic-ai never sends; a
+  compaction outside an assistant message has no place and raises
+  ``InvalidMessage``. A ``CompactionPart`` of another provider, and a request's
+  summary (``SummarizingCompaction``), are kept as given.
 - Every other field (timestamps, ids, ``provider_name`` / ``provider_details``,
   usage, model name, instructions, run ids) is kept in
   ``provider_metadata["pydantic_ai"]``, and parts with no chathistory equivalent
-  (native tool calls, files, compaction, empty prompts, ...) are kept as
+  (native tool calls, files, empty prompts, ...) are kept as
   pydantic-ai serializes them and put back in place, so
   ``to_pydantic_ai(from_pydantic_ai(h))`` equals pydantic-ai's own JSON round trip
   of ``h``.
@@ -43,7 +54,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, assert_never
 
 import msgspec
 
@@ -51,6 +62,7 @@ from ..errors import InvalidMessage, MissingDependency
 from ..model import (
     Attachment,
     AudioPart,
+    Compaction,
     FilePart,
     ImagePart,
     MediaPart,
@@ -62,7 +74,17 @@ from ..model import (
     ToolResult,
     new_id,
 )
-from ._common import is_placeholder, media_part, placeholder, storable
+from ._common import (
+    COMPACTION_KEY,
+    compaction_of,
+    is_placeholder,
+    kept_compactions,
+    media_part,
+    native_compaction,
+    placeholder,
+    storable,
+    with_kept_compactions,
+)
 
 try:
     from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
@@ -78,6 +100,8 @@ _URL_KINDS = {"image-url": "image", "audio-url": "audio", "document-url": "file"
 _REQUEST_ROLES = {"system-prompt": "system", "user-prompt": "user", "tool-return": "tool",
                   "retry-feedback": "user"}
 _SIGNERS = {"openai_responses": "openai", "gemini": "google-gla", "anthropic": "anthropic"}
+_OPENAI_ITEM = ("type", "id", "encrypted_content", "created_by")  # ResponseCompactionItem
+_ANTHROPIC_DETAILS = ("encrypted_content", "signature")  # what its Anthropic model sends back
 
 
 def _rest(obj: JSON, *drop: str) -> JSON:
@@ -181,8 +205,14 @@ def _user_item(item: Any) -> Part | None:
 def _from_response(raw: JSON) -> Message:
     parts: list[Part] = []
     extra: list[list[Any]] = []
+    metadata = dict(raw.get("metadata") or {})
+    compactions = metadata.pop(COMPACTION_KEY, None)
     for k, part in enumerate(raw["parts"]):
         kind = part.get("part_kind")
+        found = _compaction(part) if kind == "compaction" else None
+        if found is not None:
+            parts.append(found)
+            continue
         if kind == "text":
             parts.append(TextPart(text=part["content"],
                                   provider_metadata=_pm(_rest(part, "content", "part_kind"))))
@@ -199,13 +229,58 @@ def _from_response(raw: JSON) -> Message:
                                   arguments=_arguments(args), provider_metadata=_pm(rest)))
         else:
             extra.append([k, part])
-    meta: JSON = {"response": _rest(raw, "parts")}
+    parts = with_kept_compactions(parts, compactions, NS, f"$.metadata.{COMPACTION_KEY}",
+                                  _carried)
+    meta: JSON = {"response": _rest({**raw, "metadata": metadata or None}, "parts")}
     if extra:
         meta["extra"] = extra
     message = Message(id=new_id(), role="assistant", parts=parts, provider_metadata={NS: meta})
     if not storable(message):
         message.parts = [*parts, placeholder(NS)]
     return message.validate()
+
+
+def _compaction(part: JSON) -> Compaction | None:
+    """Our part for a provider's ``CompactionPart``, the fields of it that ours would
+    not rebuild kept beside it; None for one of another provider."""
+    details = part.get("provider_details") or {}
+    if details.get("type") == "compaction":  # ResponseCompactionItem.model_dump()
+        native = {k: details[k] for k in _OPENAI_ITEM if details.get(k) is not None}
+        if "id" not in native and part.get("id") is not None:
+            native["id"] = part["id"]
+    elif part.get("provider_name") == "anthropic":
+        native = {"type": "compaction", "content": part.get("content"),
+                  **{k: details[k] for k in _ANTHROPIC_DETAILS if details.get(k) is not None}}
+    else:
+        return None
+    found = compaction_of(native)
+    if found is None:
+        return None
+    rebuilt = _compaction_part(found) or {}
+    rest = {k: v for k, v in part.items() if rebuilt.get(k) != v}
+    return msgspec.structs.replace(found, provider_metadata={**found.provider_metadata,
+                                                              **_pm(rest)})
+
+
+def _compaction_part(part: Compaction) -> JSON | None:
+    """The ``CompactionPart`` pydantic-ai's own model builds from the provider's item or
+    block for ``part`` (``map_compaction_item`` for OpenAI's, the ``BetaCompactionBlock``
+    case for Anthropic's); None for a compaction of another provider."""
+    native = native_compaction(part)
+    if native is None:
+        return None
+    built: JSON = {"part_kind": "compaction", "metadata": None}
+    if part.provider == "openai_responses":
+        return {**built, "content": None, "id": native.get("id"), "provider_name": "openai",
+                "provider_details": {"id": None, "created_by": None, **native}}
+    details = {k: native[k] for k in _ANTHROPIC_DETAILS if k in native}
+    return {**built, "content": native.get("content"), "id": None, "provider_name": "anthropic",
+            "provider_details": details or None}
+
+
+def _carried(part: Compaction) -> Compaction | None:
+    built = _compaction_part(part)
+    return None if built is None else _compaction(built)
 
 
 def _pm(rest: JSON) -> JSON:
@@ -261,6 +336,11 @@ def to_pydantic_ai(messages: Sequence[Message]) -> list[ModelMessage]:
 
 
 def _request_part_of(msg: Message, meta: JSON, names: dict[str, str], path: str) -> JSON:
+    for j, part in enumerate(msg.parts):
+        if isinstance(part, Compaction):
+            raise InvalidMessage("pydantic-ai keeps a provider's compaction in a model "
+                                 "response: only an assistant message can carry one",
+                                 f"{path}.parts[{j}]")
     rest: JSON = dict(meta.get("part", {}))
     stamp = msg.created_at.isoformat()
     if msg.role in ("system", "developer"):
@@ -324,10 +404,19 @@ def _response(msg: Message, meta: JSON, path: str) -> JSON:
             case ToolCall():
                 parts.append({"args": part.arguments, **rest, "part_kind": "tool-call",
                               "tool_name": part.name, "tool_call_id": part.id})
+            case Compaction():
+                built = _compaction_part(part)  # None: kept in the response's metadata
+                if built is not None:
+                    parts.append({**built, **rest})
             case ImagePart() | AudioPart() | FilePart() | ToolResult():
                 raise InvalidMessage(f"a model response cannot carry a {type(part).__name__}",
                                      f"{path}.parts[{j}]")
+            case _:
+                assert_never(part)
     for index, raw in meta.get("extra", []):
         parts.insert(index, raw)
-    response = meta.get("response", {"timestamp": msg.created_at.isoformat()})
+    response = dict(meta.get("response", {"timestamp": msg.created_at.isoformat()}))
+    compactions = kept_compactions(msg.parts, NS, _carried)
+    if compactions:
+        response["metadata"] = {**(response.get("metadata") or {}), COMPACTION_KEY: compactions}
     return {**response, "kind": "response", "parts": parts}

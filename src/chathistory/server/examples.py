@@ -95,6 +95,14 @@ _STORED_IMAGE = {"type": "image", "attachment": {
     "id": "0b6f1f53-5f2a-4c56-9a9e-3f0c1f6a2d11", "name": "tomato.png", "size": 73,
     "modality": "image", "mime_type": "image/png", "sha256": _SHA_TOMATO,
     "width": 4, "height": 2}}
+_COMPACTION = {"type": "compaction", "provider": "openai_responses",
+               "data": "gAAAAABpZ3Vlc3M-opaque-to-all-but-openai",
+               "provider_metadata": {"openai_responses": {"id": "cmp_1",
+                                                          "created_by": "resp_1"}}}
+"""What ``from_openai_responses`` makes of a Responses ``compaction`` item."""
+_COMPACTED = [_message("r1", "assistant", _COMPACTION),
+              _message("r2", "user", _text("And what about Rome?")),
+              _message("r3", "assistant", _text("Rome is the capital of Italy."))]
 _NOTES = "The meeting is at 10."
 _BRANCH = "e0c5b8a4-1d2f-4e63-8a57-9b1c0d3e2f41"
 """The id the server gave the branch an edit made (a UUID)."""
@@ -154,7 +162,7 @@ EXAMPLES: list[Example] = [
     Example("GET", MESSAGES, "Two selectors at once",
             params={**_DEMO, "tail": "2", "max_tokens": "40"}, status=400,
             response=_error("bad_request", "give exactly one selector: tail=N, max_tokens=N, "
-                            "or start=I[&stop=J]")),
+                            "start=I[&stop=J] or since=compaction")),
     Example("GET", MESSAGES, "Positions 0 to 2 in OpenAI Chat Completions' shape",
             params={**_DEMO, "start": "0", "stop": "2", "format": "openai_chat"},
             response={"messages": [{"role": "user", "content": "What is the capital of France?"},
@@ -184,6 +192,19 @@ EXAMPLES: list[Example] = [
     Example("GET", SESSION, "A session", params=_DEMO,
             response=_session("demo", version=4, message_count=8, token_count=332,
                               metadata={"title": "Trip to Paris", "starred": True})),
+    # ------------------------------------------------------------ search
+    Example("GET", "/v1/search", "Messages with both words, best first",
+            params={"q": "capital fran*", "limit": "5"},
+            response={"items": [{
+                "session_id": "demo", "seq": 0,
+                "message": _message("m1", "user", _text("What is the capital of France?"),
+                                    tokens=11),
+                "score": 1.0, "snippet": "What is the capital of France?",
+                "marks": [[12, 19], [23, 29]]}], "next_cursor": None},
+            varies=("$.items[0].score",)),
+    Example("GET", "/v1/search", "A query without a word", params={"q": "?!"}, status=400,
+            response=_error("bad_request",
+                            "q: a search needs at least one word (letters or digits)")),
     Example("GET", SESSION, "No such session (or another tenant's)",
             params={"session_id": "nope"}, status=404,
             response=_error("not_found", "no session 'nope'")),
@@ -218,6 +239,20 @@ EXAMPLES: list[Example] = [
     Example("POST", SESSION + "/mark", "Mark a message as out of the KV cache",
             params={"session_id": "demo-rome"}, body={"ids": ["m2"], "status": 0},
             response={"changed": 1}),
+    Example("POST", MESSAGES, "A provider's compaction, then the next turn",
+            params={"session_id": "demo-rome"}, body={"messages": _COMPACTED},
+            response={"version": 2}),
+    Example("GET", MESSAGES, "From the last compaction on, and any system prompt",
+            params={"session_id": "demo-rome", "since": "compaction", "keep_system": "true"},
+            response={"messages": [
+                _message("r1", "assistant", _COMPACTION, tokens=12),
+                _message("r2", "user", _text("And what about Rome?"), tokens=9),
+                _message("r3", "assistant", _text("Rome is the capital of Italy."),
+                         tokens=11)]}),
+    Example("GET", MESSAGES, "A since other than compaction",
+            params={"session_id": "demo-rome", "since": "yesterday"}, status=400,
+            response=_error("bad_request",
+                            "query parameter since must be compaction, not 'yesterday'")),
     Example("POST", SESSION + "/reduce", "Keep the newest message, mark the others",
             params=_DEMO, body={"type": "count", "max_messages": 1},
             response={"kept": ["m8"], "removed": ["m1", "m2", "m3", "m4", "m5", "m6", "m7"]}),

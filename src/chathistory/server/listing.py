@@ -1,7 +1,7 @@
 """A page of ``GET /v1/sessions`` as people read it: each session's title and
-preview, with a search its snippet (the match in context, with offsets to
-highlight), and the total of the listing; built in one worker call, so the viewer
-draws the page from one response.
+preview, with a search its snippet (the matched words in context, with offsets to
+highlight: ``search.snippet``), and the total of the listing; built in one worker
+call, so the viewer draws the page from one response.
 
 The store does the reading in one call per kind (``Engine.count_sessions``,
 ``first_user_messages``, ``first_text_matches``); a store that is not an engine (a
@@ -18,11 +18,13 @@ import msgspec
 
 from ..model import Message
 from ..stores.base import Store
-from ..stores.browse import Browse, find_all
+from ..stores.browse import Browse
 from ..stores.model import Page, Session
+from ..stores.search import SNIPPET_CHARS, Query, parse_query, search_text, words
+from ..stores.search import snippet as search_snippet
 from ..stores.sessions import count_listed
 from ..titles import PREVIEW_LIMIT, plain_preview, session_title
-from .wire import encode_session
+from .wire import encode_session, utf16_offsets
 
 __all__ = ["SEARCH_COUNT_LIMIT", "SNIPPET_WIDTH", "ListedSession", "SessionList", "Snippet",
            "listing_json", "snippet"]
@@ -30,7 +32,7 @@ __all__ = ["SEARCH_COUNT_LIMIT", "SNIPPET_WIDTH", "ListedSession", "SessionList"
 SEARCH_COUNT_LIMIT = 1000
 """With ``q``, ``total`` counts this many matching sessions at most (then it is a
 lower bound): counting a search runs it over every session."""
-SNIPPET_WIDTH = 160
+SNIPPET_WIDTH = SNIPPET_CHARS
 """About how many characters of a message a snippet shows around its match."""
 _FALLBACK_ROWS = 256
 """For a store that is not an engine: how many of a session's messages are read
@@ -38,8 +40,8 @@ for its first user message or its snippet."""
 
 
 class Snippet(msgspec.Struct):
-    """Where a search matched: a piece of one message's text, and each occurrence
-    of the search text in it as ``[start, end)`` in UTF-16 code units."""
+    """Where a search matched: a piece of one message's searchable text, and each
+    matched word in it as ``[start, end)`` in UTF-16 code units."""
 
     message_id: str
     role: str
@@ -70,59 +72,17 @@ class SessionList(msgspec.Struct):
 _encode = msgspec.json.Encoder().encode
 
 
-def _utf16(text: str) -> list[int]:
-    """Offset in code points -> offset in UTF-16 code units, for every offset of ``text``."""
-    out = [0]
-    for ch in text:
-        out.append(out[-1] + (2 if ord(ch) > 0xFFFF else 1))
-    return out
-
-
-def snippet(message: Message, query: str, width: int = SNIPPET_WIDTH) -> Snippet | None:
-    """About ``width`` characters of ``message.text`` around the first occurrence of
-    ``query`` (ASCII letters case-insensitive), whitespace collapsed, "…" where cut,
-    with every occurrence inside it; None when the text does not contain it."""
-    text = message.text
-    spans = find_all(text, query)
-    if not spans:
+def snippet(message: Message, query: Query | str) -> Snippet | None:
+    """About ``SNIPPET_WIDTH`` characters of the message's searchable text
+    (``search.search_text``) around its first match of ``query`` (``search.snippet``),
+    with every matched word inside it; None when the message does not match."""
+    parsed = parse_query(query) if isinstance(query, str) else query
+    text, marks = search_snippet(search_text(message), parsed)
+    if not marks:
         return None
-    first, last = spans[0]
-    lo = max(0, first - max(0, width - (last - first)) // 3)  # a third of the room before
-    hi = min(len(text), max(lo + width, last))
-    lo = max(0, min(lo, hi - width))  # near the end: the room goes before the match
-    if lo > 0:  # start at a word when one starts shortly before the match
-        space = text.rfind(" ", lo, min(first, lo + 20))
-        if space >= 0:
-            lo = space + 1
-    if hi < len(text):  # and end at one when one ends shortly before the cut
-        space = text.rfind(" ", max(last, hi - 20), hi)
-        if space > last:
-            hi = space
-    # collapse whitespace, remembering where each character of the piece went
-    chars: list[str] = []
-    where: list[int] = []
-    for ch in text[lo:hi]:
-        if not ch.isspace():
-            where.append(len(chars))
-            chars.append(ch)
-            continue
-        if chars and chars[-1] != " ":
-            chars.append(" ")
-        where.append(max(len(chars) - 1, 0))  # the one space its run became
-    while chars and chars[-1] == " ":
-        chars.pop()
-    head = "…" if lo > 0 else ""
-    body = head + "".join(chars) + ("…" if hi < len(text) else "")
-    units = _utf16(body)
-    shift = len(head)
-    match = []
-    for start, end in spans:
-        if lo <= start and end <= hi:
-            a = min(where[start - lo], len(chars)) + shift
-            b = min(where[end - lo - 1] + 1, len(chars)) + shift
-            if a < b:
-                match.append((units[a], units[b]))
-    return Snippet(message_id=message.id, role=message.role, text=body, match=match)
+    units = utf16_offsets(text)
+    return Snippet(message_id=message.id, role=message.role, text=text,
+                   match=[(units[start], units[end]) for start, end in marks])
 
 
 def _first_user_messages(store: Store, tenant: str, sessions: Sequence[Session]
@@ -142,12 +102,13 @@ def _text_matches(store: Store, tenant: str, sessions: Sequence[Session], query:
                   ) -> dict[str, Message]:
     if isinstance(store, Browse):
         return store.first_text_matches(sessions, query)
+    parsed = parse_query(query)
     out: dict[str, Message] = {}
     for s in sessions:
         own = s.fork_seq if s.parent_id is not None else 0
         stop = min(s.message_count, own + _FALLBACK_ROWS)
         hit = next((m for m in store.range(s.id, own, stop, tenant=tenant)
-                    if find_all(m.text, query)), None)
+                    if parsed.matches(words(search_text(m)))), None)
         if hit is not None:
             out[s.id] = hit
     return out
@@ -179,6 +140,7 @@ def listing_json(store: Store, tenant: str, *, user: str | None,
     else:
         total = _count(store, tenant, user, metadata, None, None)
     firsts = _first_user_messages(store, tenant, page.items)
+    parsed = parse_query(query) if query else None
     matches = _text_matches(store, tenant, page.items, query) if query else {}
     items = []
     for s in page.items:
@@ -186,9 +148,9 @@ def listing_json(store: Store, tenant: str, *, user: str | None,
         text = first.text if first is not None else None
         extra = (b',"title":' + _encode(session_title(s.metadata, text))
                  + b',"preview":' + _encode(plain_preview(text, PREVIEW_LIMIT)))
-        if query:
+        if parsed is not None:
             hit = matches.get(s.id)
-            extra += b',"snippet":' + _encode(None if hit is None else snippet(hit, query))
+            extra += b',"snippet":' + _encode(None if hit is None else snippet(hit, parsed))
         items.append(encode_session(s)[:-1] + extra + b"}")
     after = _encode(page.next_cursor)
     return (b'{"items":[' + b",".join(items) + b'],"total":' + _encode(total)

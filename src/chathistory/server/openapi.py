@@ -44,6 +44,8 @@ _OPENAI_ERRORS = {
 _TAGS = [
     {"name": "sessions", "description": "Sessions and their messages: append, read by "
      "selectors, windows, forks and edits"},
+    {"name": "search", "description": "Word search over the tenant's messages: ranked hits "
+     "with their session and a snippet whose matched words are marked"},
     {"name": "assets", "description": "Attachments uploaded as files, stored once by SHA-256"},
     {"name": "data", "description": "The tenant's data as a whole: export, import, erasure; "
      "the key's tenant"},

@@ -10,7 +10,7 @@ import asyncio
 from starlette.responses import Response
 
 from ..errors import NotFound
-from . import routes_assets, routes_messages, routes_preview, routes_sessions
+from . import routes_assets, routes_messages, routes_preview, routes_search, routes_sessions
 from .app import OPENAI_PREFIX, Context, Endpoint, call_store, run
 from .errors import HTTPError
 from .schema import Health
@@ -67,7 +67,7 @@ SYSTEM = [
 ]
 
 ROUTES: list[Endpoint] = [*SYSTEM, *routes_sessions.ROUTES, *routes_messages.ROUTES,
-                          *routes_assets.ROUTES, *routes_preview.ROUTES]
+                          *routes_search.ROUTES, *routes_assets.ROUTES, *routes_preview.ROUTES]
 
 
 def app_routes(openai_prefix: str | None = OPENAI_PREFIX) -> list[Endpoint]:

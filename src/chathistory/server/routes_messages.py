@@ -1,5 +1,6 @@
-"""Routes on a session's messages: append, read (tail, token window, range, in a
-provider's format), context, one message, pop, clear, mark, reduce, window."""
+"""Routes on a session's messages: append, read (tail, token window, range, since the
+last compaction, in a provider's format), context, one message, pop, clear, mark,
+reduce, window."""
 
 from __future__ import annotations
 
@@ -119,7 +120,8 @@ def _shape_hint(exc: InvalidMessage) -> InvalidMessage:
         return InvalidMessage(exc.reason + _FORMAT_HINT, exc.path)
     if _PART.match(exc.path) and "missing required field `type`" in exc.reason:
         return InvalidMessage(f"{exc.reason}: a part names its kind in `type` (text, image, "
-                              f"audio, file, tool_call, tool_result, reasoning){_FORMAT_HINT}",
+                              "audio, file, tool_call, tool_result, reasoning, compaction)"
+                              f"{_FORMAT_HINT}",
                               exc.path)
     return exc
 
@@ -223,23 +225,43 @@ INPUT_FORMATS: dict[str, tuple[Any, str, Callable[[Any], list[Message]]]] = {
 conversion). The body carries the request fields a read with the same format returns."""
 
 
+SELECTORS = ("tail", "max_tokens", "start", "since")
+_OPTIONS = {"include_marked": ("tail", "start"), "counter": ("max_tokens",),
+            "keep_system": ("max_tokens", "since")}
+"""The options of a read and the selectors each applies to."""
+_NOT_WITH = {("include_marked", "max_tokens"): "marked messages never count toward a window",
+             ("include_marked", "since"): "marked messages after the compaction are read, as "
+                                          "a read by position reads them"}
+SINCE = ("compaction",)
+"""``?since=``: what a read starts from (the newest message holding a compaction)."""
+
+
 def _exactly_one_selector(ctx: Context) -> str:
+    """The read's selector, after checking that each option given applies to it."""
     params = ctx.request.query_params
-    given = [name for name in ("tail", "max_tokens", "start") if name in params]
+    given = [name for name in SELECTORS if name in params]
     if "stop" in params and "start" not in given:
         given.append("start")
     if len(given) != 1:
-        raise BadRequest("give exactly one selector: tail=N, max_tokens=N, or start=I[&stop=J]")
-    return given[0]
+        raise BadRequest("give exactly one selector: tail=N, max_tokens=N, start=I[&stop=J] "
+                         "or since=compaction")
+    selector = given[0]
+    for option, selectors in _OPTIONS.items():
+        if option in params and selector not in selectors:
+            why = _NOT_WITH.get((option, selector))
+            raise BadRequest(f"{option} does not apply to {selector} ({why})" if why else
+                             f"{option} applies to {' and '.join(selectors)} only")
+    if selector == "since" and (since := query_str(ctx.request, "since")) not in SINCE:
+        raise BadRequest(f"query parameter since must be {' or '.join(SINCE)}, not {since!r}")
+    return selector
 
 
 async def read_messages(ctx: Context) -> Response:
     sid = ctx.param("session_id")
     request = ctx.request
-    params = request.query_params
     selector = _exactly_one_selector(ctx)
     fmt = query_str(request, "format")
-    if "assets" in params and not fmt:
+    if "assets" in request.query_params and not fmt:
         raise BadRequest("assets applies to format only")
     store = ctx.store
     # without a format the stored JSON goes out as it is, never decoded (an Engine's *_json)
@@ -247,27 +269,24 @@ async def read_messages(ctx: Context) -> Response:
     call: Callable[..., Any]
     found: Any  # bytes from an Engine's *_json, else list[Message]
     if selector == "max_tokens":
-        if "include_marked" in params:
-            raise BadRequest("include_marked does not apply to max_tokens (marked messages "
-                             "never count toward a window)")
         max_tokens = query_int(request, "max_tokens")
         counter = counter_for(store, query_str(request, "counter") or None, "counter")
         call = engine.window_json if engine else store.window
         found = await call_store(call, sid, max_tokens or 0, counter, tenant=ctx.tenant,
                                  keep_system=query_bool(request, "keep_system"))
+    elif selector == "since":
+        call = engine.since_compaction_json if engine else store.since_compaction
+        found = await call_store(call, sid, tenant=ctx.tenant,
+                                 keep_system=query_bool(request, "keep_system"))
+    elif selector == "tail":
+        call = engine.tail_json if engine else store.tail
+        found = await call_store(call, sid, query_int(request, "tail") or 0, tenant=ctx.tenant,
+                                 include_marked=query_bool(request, "include_marked"))
     else:
-        for name in ("counter", "keep_system"):
-            if name in params:
-                raise BadRequest(f"{name} applies to max_tokens only")
-        if selector == "tail":
-            call = engine.tail_json if engine else store.tail
-            found = await call_store(call, sid, query_int(request, "tail") or 0, tenant=ctx.tenant,
-                                     include_marked=query_bool(request, "include_marked"))
-        else:
-            call = engine.range_json if engine else store.range
-            found = await _range(ctx, call, sid, query_int(request, "start", 0) or 0,
-                                 query_int(request, "stop"),
-                                 query_bool(request, "include_marked", True))
+        call = engine.range_json if engine else store.range
+        found = await _range(ctx, call, sid, query_int(request, "start", 0) or 0,
+                             query_int(request, "stop"),
+                             query_bool(request, "include_marked", True))
     if engine is not None:
         return Response(b'{"messages":' + found + b"}", media_type=JSON_TYPE)
     if fmt:
@@ -430,7 +449,11 @@ _SELECTORS = (
     Param("max_tokens", "integer", "the newest messages within N tokens (reply priming "
           "included), whole groups only"),
     Param("counter", description="with max_tokens: the tokenizer (default: the store's)"),
-    Param("keep_system", "boolean", "with max_tokens: keep system and developer messages"),
+    Param("since", description="compaction: from the newest message holding a provider's "
+          "compaction (a `compaction` part) on, widened back to whole groups, marked messages "
+          "included; the whole session when it holds none"),
+    Param("keep_system", "boolean", "with max_tokens or since: keep system and developer "
+          "messages (with since: those before the compaction, first)"),
     Param("start", "integer", "messages at positions start..stop (0 = oldest)"),
     Param("stop", "integer", "with start: the end position (exclusive)"),
     Param("include_marked", "boolean", "with tail or start: include marked messages"),

@@ -19,9 +19,9 @@ from .wire import (
     encode_session,
     if_match,
     location,
+    metadata_filters,
     query_bool,
     query_int,
-    query_json_value,
     query_str,
     session_response,
     url_safe_id,
@@ -72,11 +72,9 @@ async def list_sessions(ctx: Context) -> Response:
     if raw_order not in _ORDERS:
         raise InvalidMessage(f"order must be one of {', '.join(_ORDERS)}", "order")
     order: Literal["created", "recent"] = "recent" if raw_order == "recent" else "created"
-    metadata = {k[len("metadata."):]: query_json_value(query_str(request, k) or "")
-                for k in request.query_params if k.startswith("metadata.")}
     # a cursor the store did not make, or made for the other order: InvalidArgument, a 400
     body = await call_store(listing_json, ctx.store, ctx.tenant, user=query_str(request, "user"),
-                            metadata=metadata or None, limit=limit,
+                            metadata=metadata_filters(request), limit=limit,
                             cursor=query_str(request, "cursor") or None, order=order,
                             query=query_str(request, "q") or None)
     return Response(body, media_type=JSON_TYPE)
@@ -141,9 +139,10 @@ ROUTES = [
                           "with the same order)"),
                     Param("order", description="created (default): oldest created first; "
                           "recent: last changed (updated_at) first"),
-                    Param("q", description="only sessions whose id, a metadata value (as "
-                          "JSON) or one of their own messages (as stored JSON) contains this "
-                          "text; ASCII letters case-insensitive. Scans: see docs/stores.md"),
+                    Param("q", description="only sessions one of whose own messages "
+                          "matches this search (words, \"phrases\", prefix*: as GET "
+                          "/v1/search), or whose id or a metadata value (as JSON) contains "
+                          "its text, ASCII letters case-insensitive"),
                     Param("user", description="only this user's sessions"),
                     Param("metadata.{key}", description="only sessions whose metadata has "
                           "this value (JSON, or a plain string)"))),

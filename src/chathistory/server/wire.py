@@ -345,6 +345,23 @@ def query_json_value(raw: str) -> Any:
         return raw
 
 
+def metadata_filters(request: Request) -> dict[str, Any] | None:
+    """The ``metadata.<key>=<value>`` parameters as a filter (``query_json_value``
+    each), or None without any."""
+    found = {k[len("metadata."):]: query_json_value(query_str(request, k) or "")
+             for k in request.query_params if k.startswith("metadata.")}
+    return found or None
+
+
+def utf16_offsets(text: str) -> list[int]:
+    """For every offset of ``text`` in code points (0 to ``len(text)``), that offset in
+    UTF-16 code units: JavaScript's string indices, which the API's marks are in."""
+    out = [0]
+    for ch in text:
+        out.append(out[-1] + (2 if ord(ch) > 0xFFFF else 1))
+    return out
+
+
 def url_safe_id(value: str | None, path: str) -> str | None:
     """``value`` if it can be a segment of the API's URLs: no ``/``, not ``.`` or ``..``
     (else a client could create a session it can never reach again)."""

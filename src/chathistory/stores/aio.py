@@ -19,6 +19,7 @@ from ..model import KVStatus, Message
 from ..tokens import TokenCounter
 from .base import Store
 from .model import DEFAULT_TENANT, Page, Session
+from .search import SearchPage
 
 __all__ = ["AsyncStore", "AsyncStoreAdapter", "open_async_store"]
 
@@ -66,6 +67,13 @@ class AsyncStoreAdapter:
                                metadata=metadata, limit=limit, cursor=cursor,
                                order=order, query=query)
 
+    async def search(self, query: str, *, tenant: str = DEFAULT_TENANT, user: str | None = None,
+                     session_id: str | None = None, metadata: Mapping[str, Any] | None = None,
+                     limit: int = 20, cursor: str | None = None) -> SearchPage:
+        return await self.call(tenant, self.store.search, query, tenant=tenant, user=user,
+                               session_id=session_id, metadata=metadata, limit=limit,
+                               cursor=cursor)
+
     async def update_session(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
                              metadata: dict[str, Any] | None = None,
                              state: dict[str, Any] | None = None,
@@ -107,6 +115,11 @@ class AsyncStoreAdapter:
                     tenant: str = DEFAULT_TENANT, include_marked: bool = True) -> list[Message]:
         return await self.call(tenant, self.store.range, session_id, start, stop, tenant=tenant,
                                include_marked=include_marked)
+
+    async def since_compaction(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
+                               keep_system: bool = False) -> list[Message]:
+        return await self.call(tenant, self.store.since_compaction, session_id, tenant=tenant,
+                               keep_system=keep_system)
 
     async def get(self, session_id: str, message_id: str, *,
                   tenant: str = DEFAULT_TENANT) -> Message:

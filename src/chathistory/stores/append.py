@@ -15,12 +15,12 @@ import msgspec
 
 from ..errors import Conflict, InvalidMessage, NotFound
 from ..groups import Groups
-from ..model import Message, ToolCall, ToolResult
+from ..model import Compaction, Message, ToolCall, ToolResult
 from ..model.codec import encode, strip_part
 from ..tokens import cached_count
 from .backend import AppendTxn
 from .checks import check_json, validated
-from .model import DEFAULT_TENANT, Row, Session, utcnow
+from .model import COMPACTIONS_KEPT, DEFAULT_TENANT, Row, Session, utcnow
 from .reads import Reads
 
 __all__ = ["Appending"]
@@ -103,10 +103,13 @@ class Appending(Reads):
                 clear = (max(lo, session.fork_seq), first)
                 if lo < session.fork_seq:
                     joined = [*joined, [lo, session.fork_seq]]
+            compactions, before = _noted_compactions(
+                session, [first + k for k, (m, _t) in enumerate(fresh) if _holds_compaction(m)])
             updated = msgspec.structs.replace(
                 session, version=version, updated_at=utcnow(), message_count=first + len(rows),
                 token_count=cum, ends_reasoning_only=groups.ends_reasoning_only, joined=joined,
-                state=session.state if state is None else dict(state))
+                state=session.state if state is None else dict(state),
+                compactions=compactions, compactions_before=before)
             tx.write(rows, calls, clear, updated, assets)
             return version
 
@@ -133,6 +136,24 @@ class Appending(Reads):
                 break
             found.update(self._b_find_calls(owner.tenant, owner.id, rest, hi))
         return found
+
+
+def _holds_compaction(message: Message) -> bool:
+    return any(type(p) is Compaction for p in message.parts)
+
+
+def _noted_compactions(session: Session, positions: list[int]) -> tuple[list[int], int]:
+    """The session's compaction bookkeeping with ``positions`` (new messages holding a
+    ``Compaction``) added: the newest ``COMPACTIONS_KEPT`` listed, the others counted.
+    An empty session has none, whatever it carries (an imported session arrives with
+    its exporter's bookkeeping and no messages)."""
+    listed, before = (session.compactions, session.compactions_before
+                      ) if session.message_count else ([], 0)
+    if not positions:
+        return listed, before
+    listed = [*listed, *positions]
+    dropped = max(0, len(listed) - COMPACTIONS_KEPT)
+    return listed[dropped:], before + dropped
 
 
 def _stored_json(message: Message, assets: dict[str, tuple[bytes, str]]) -> bytes:

@@ -1,56 +1,78 @@
 """The engine's reads for a page of sessions that people browse: each session's
-first user message (what to call it), and the first of its messages whose text
-holds a search text (what to show of a match), for the whole page at once.
+first user message (what to call it), the listing's search (``list_sessions(query=)``)
+and, for each session it lists, one of its own messages that match (what to show of
+the match), for the whole page at once.
 
-A backend answers each for many sessions in one read when it implements
-``_b_first_user_rows`` and ``_b_rows_containing`` (``backend.py``); otherwise the
-engine reads each session's rows a batch at a time, which the in-memory reference
-store does.
+The listing's search is the word search of ``search.py`` (one tokenizer, one query
+language), over a session's own messages, through the store's index where it has one
+(``_b_search_sessions``, ``_b_search``); a session's id and metadata values are matched
+by the query's text as written, ASCII letters case-insensitively, in Python.
+
+A backend answers the first user messages of many sessions in one read when it
+implements ``_b_first_user_rows`` (``backend.py``); otherwise the engine reads each
+session's rows a batch at a time, which the in-memory reference store does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-from ..errors import NotFound
+import msgspec
+
+from ..errors import InvalidArgument, NotFound
 from ..model import Message
 from .backend import Span
 from .model import MESSAGE_DECODER, Row, Session
-from .reads import Reads
-from .sessions import _Needle
+from .search import Query, Searching, parse_query, search_text, words
 
-__all__ = ["Browse", "ascii_casefold", "find_all"]
+__all__ = ["INDEXED_SESSIONS", "Browse", "MetadataNeedle"]
 
 _BATCH = 32
 """Rows read at a time where a backend has no one-read answer."""
-CANDIDATES = 16
-"""Of a session's rows whose JSON holds the search text, how many are read to find
-one whose text holds it (a match in an id or a tool call's arguments is no snippet)."""
-
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-
-
-def ascii_casefold(text: str) -> str:
-    """``text`` with ASCII letters lowercased and nothing else changed (the search's
-    rule, SQL ``LIKE``'s; the length and every offset stay as they are)."""
-    return text.translate(_ASCII_LOWER)
+INDEXED_SESSIONS = 1000
+"""From the listing's second batch of sessions on, the index is asked once for every
+session of the tenant with a matching message; when fewer than this many match, the
+rest of the walk reads no message (a rare word), else it asks batch by batch."""
+_PAGE_HITS = 4
+"""Of the index, how many hits per listed session the first read for the snippets of
+a page asks for (sessions it leaves without one are asked one by one)."""
 
 
-def find_all(text: str, query: str) -> list[tuple[int, int]]:
-    """Every ``[start, end)`` where ``query`` occurs in ``text`` (ASCII letters
-    case-insensitive), left to right, not overlapping."""
-    if not query:
-        return []
-    haystack, needle = ascii_casefold(text), ascii_casefold(query)
-    out: list[tuple[int, int]] = []
-    at = haystack.find(needle)
-    while at >= 0:
-        out.append((at, at + len(needle)))
-        at = haystack.find(needle, at + len(needle))
-    return out
+class MetadataNeedle:
+    """A search's text as written, matched against a session's id (its characters) and
+    metadata values (their JSON text, a string's quotes left out), ASCII letters
+    case-insensitively, like SQL ``LIKE``."""
+
+    __slots__ = ("raw", "raw_json")
+
+    def __init__(self, query: str) -> None:
+        self.raw = query.encode().lower()  # bytes.lower(): ASCII letters only
+        self.raw_json = msgspec.json.encode(query)[1:-1].lower()
+
+    def in_session(self, session: Session) -> bool:
+        if self.raw in session.id.encode().lower():
+            return True
+        metadata = session.metadata
+        # a value's JSON is part of the whole dict's: one encoding rules most sessions out
+        if not metadata or self.raw_json not in _encode(metadata).lower():
+            return False
+        return any(self.raw_json in _encode(v).lower() for v in metadata.values())
 
 
-class Browse(Reads):
+_encode = msgspec.json.Encoder().encode
+
+
+def _own_span(session: Session) -> Span:
+    """The rows a session stores itself (a fork's start after its shared prefix)."""
+    return (session.id, session.fork_seq if session.parent_id is not None else 0,
+            session.message_count)
+
+
+def _row_matches(query: Query, row: Row) -> bool:
+    return query.matches(words(search_text(MESSAGE_DECODER.decode(row.data))))
+
+
+class Browse(Searching):
     """Page-wide reads for listings; ``Engine`` (``engine.py``) includes them."""
 
     def first_user_messages(self, sessions: Iterable[Session]) -> dict[str, Message]:
@@ -80,33 +102,94 @@ class Browse(Reads):
                     break
         return out
 
+    # ------------------------------------------------------------ the listing's search
+
+    def _listing_search(self, tenant: str, query: str
+                        ) -> Callable[[Sequence[Session]], set[str]]:
+        """``list_sessions``' search over its batches (``Sessions._listing_search``): a
+        session matches by its id or metadata (``MetadataNeedle``), else by an own
+        message (``sessions_matching``: the index, else its rows). Common words fill a
+        page within the first batch, asked of the index batch by batch; past it, the
+        index is asked once for all the tenant's matching sessions (``INDEXED_SESSIONS``
+        at most), so a rare word's walk reads sessions only, never their messages. A
+        session without rows of its own is never asked about."""
+        parsed = parse_query(query)
+        needle = MetadataNeedle(query)
+        batches = 0
+        indexed: set[str] | None = None
+
+        def matching(batch: Sequence[Session]) -> set[str]:
+            nonlocal batches, indexed
+            batches += 1
+            if batches == 2:
+                everywhere = self._b_search_sessions(tenant, parsed, None, INDEXED_SESSIONS)
+                if everywhere is not None and len(everywhere) < INDEXED_SESSIONS:
+                    indexed = everywhere
+            found = {s.id for s in batch if needle.in_session(s)}
+            # a session without rows of its own has no message to match
+            rest = [s.id for s in batch if s.id not in found and _own_span(s)[1] < _own_span(s)[2]]
+            if indexed is not None:
+                found.update(indexed.intersection(rest))
+            elif rest:
+                found |= self.sessions_matching(tenant, parsed, rest)
+            return found
+
+        return matching
+
     def first_text_matches(self, sessions: Iterable[Session], query: str
                            ) -> dict[str, Message]:
-        """Session id -> the first of its own messages (the rows a search matches,
-        ``list_sessions(query=)``) whose text contains ``query``, ASCII letters
-        case-insensitive, among the first ``CANDIDATES`` whose stored JSON does. A
-        session without one is left out (it matched by its id or metadata, or in a part
-        that is not text)."""
+        """Session id -> one of its own messages (the rows the listing's search matches)
+        that match ``query`` (``search.parse_query``): the best by the store's ranking
+        where it has a search index, else the first. A session without one is left
+        out (it was listed for its id or metadata)."""
         if not query:
             return {}
-        needle = _Needle(query).json
+        if not isinstance(query, str):
+            raise InvalidArgument("query must be a string")
+        parsed = parse_query(query)
         by_tenant: dict[str, list[Session]] = {}
         for session in sessions:
-            by_tenant.setdefault(session.tenant, []).append(session)
+            if session.message_count > _own_span(session)[1]:
+                by_tenant.setdefault(session.tenant, []).append(session)
         out: dict[str, Message] = {}
         for tenant, group in by_tenant.items():
-            spans = [(s.id, s.fork_seq if s.parent_id is not None else 0, s.message_count)
-                     for s in group]
-            found = self._b_rows_containing(tenant, spans, needle, CANDIDATES)
-            if found is None:
-                found = [self._scan(tenant, span, needle, CANDIDATES) for span in spans]
-            for session, rows in zip(group, found, strict=True):
-                for row in rows:
-                    message = MESSAGE_DECODER.decode(row.data)
-                    if find_all(message.text, query):
-                        out[session.id] = message
-                        break
+            rows = self._best_rows(tenant, parsed, [_own_span(s) for s in group])
+            if rows is None:
+                rows = {}
+                for span in map(_own_span, group):
+                    row = self._first_matching_row(tenant, parsed, span)
+                    if row is not None:
+                        rows[span[0]] = row
+            out.update((sid, MESSAGE_DECODER.decode(row.data)) for sid, row in rows.items())
         return out
+
+    def _best_rows(self, tenant: str, query: Query, spans: Sequence[Span]
+                   ) -> dict[str, Row] | None:
+        """Through the index: session id -> its best matching own row, for the sessions
+        of ``spans`` that have one; one read for the page, then one per session it left
+        without a hit. None: no index."""
+        found = self._b_search(tenant, query, spans, None, None, _PAGE_HITS * len(spans))
+        if found is None:
+            return None
+        best: dict[str, Row] = {}
+        for _score, sid, _seq, row in found:  # best first: keep each session's first
+            best.setdefault(sid, row)
+        if len(found) == _PAGE_HITS * len(spans):
+            for span in spans:
+                if span[0] not in best:
+                    one = self._b_search(tenant, query, [span], None, None, 1)
+                    if one:
+                        best[span[0]] = one[0][3]
+        return best
+
+    def _first_matching_row(self, tenant: str, query: Query, span: Span) -> Row | None:
+        session_id, lo, hi = span
+        for start in range(lo, hi, _BATCH):
+            rows = self._b_rows(tenant, session_id, start, min(start + _BATCH, hi))
+            hit = next((r for r in rows if _row_matches(query, r)), None)
+            if hit is not None:
+                return hit
+        return None
 
     def _first_user_rows(self, tenant: str, spans: Sequence[Span]) -> list[Row | None]:
         found = self._b_first_user_rows(tenant, spans)
@@ -121,16 +204,4 @@ class Browse(Reads):
                 if hit is not None:
                     break
             out.append(hit)
-        return out
-
-    def _scan(self, tenant: str, span: Span, needle: str, limit: int) -> list[Row]:
-        """``_b_rows_containing`` for one span, a batch of rows at a time."""
-        session_id, lo, hi = span
-        wanted = needle.encode().lower()  # bytes.lower(): ASCII only, like SQL LIKE
-        out: list[Row] = []
-        for start in range(lo, hi, _BATCH):
-            rows = self._b_rows(tenant, session_id, start, min(start + _BATCH, hi))
-            out.extend(r for r in rows if wanted in r.data.lower())
-            if len(out) >= limit:
-                return out[:limit]
         return out

@@ -7,7 +7,8 @@ and each backend only moves rows. It is built in layers, each on the one before:
 ``Sessions`` (``sessions.py``: the counter, the clock, sessions and their
 listing), ``Reads`` (``reads.py``: pair-safe reads through a fork's ancestors) and
 ``Appending`` (``append.py``: the append path); ``Browse`` (``browse.py``: a page's
-first user messages and search matches) sits beside ``Appending``. ``BaseStore`` (``base.py``) adds
+first user messages and search matches) and ``Searching`` (``search.py``: word
+search over the tenant's messages) sit beside ``Appending``. ``BaseStore`` (``base.py``) adds
 the lifecycle and export/import. Backends are written on their natural (sync)
 side; ``chathistory.stores.aio`` adapts any of them to ``AsyncStore``.
 
@@ -25,11 +26,12 @@ from .append import Appending
 from .backend import like_pattern, recent_key
 from .browse import Browse
 from .regroup import closed_spans, regroup_spans
+from .search import Searching
 
 __all__ = ["Engine", "closed_spans", "like_pattern", "recent_key", "regroup_spans"]
 
 
-class Engine(Appending, Browse):
+class Engine(Appending, Browse, Searching):
     """The engine: sessions, reads and appends over the ``_b_*`` primitives.
     ``BaseStore`` adds the lifecycle and export/import, and a backend subclasses
     that, implementing the primitives ``Backend`` declares."""

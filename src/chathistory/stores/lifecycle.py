@@ -11,14 +11,14 @@ messages (``branch_state``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from typing import Any
 
 import msgspec
 
 from ..errors import Conflict, InvalidMessage, NotFound
-from ..model import KVStatus, Message, new_id
+from ..model import Compaction, KVStatus, Message, new_id
 from .checks import check_id
 from .engine import Engine
 from .errors import translate_store_error
@@ -124,11 +124,13 @@ class Lifecycle(Engine):
             restore: list[int] = []
             if not last.cut_ok:  # the popped message may have held a group together
                 restore, joined = self._regroup_before_pop(session, n, joined)
+            compactions, compactions_before = self._compactions_below(session, n - 1)
             updated = msgspec.structs.replace(
                 session, version=session.version + 1, updated_at=utcnow(),
                 message_count=n - 1, token_count=last.cum_before,
                 ends_reasoning_only=ends_reasoning,
-                fork_seq=session.fork_seq if own else n - 1, joined=joined)
+                fork_seq=session.fork_seq if own else n - 1, joined=joined,
+                compactions=compactions, compactions_before=compactions_before)
             if self._b_truncate(tenant, session_id, last.seq if own else n, updated,
                                 session.version, restore):
                 return self._decode([last])[0]
@@ -169,11 +171,40 @@ class Lifecycle(Engine):
             self._refuse_if_shared(session, 0)
             updated = msgspec.structs.replace(
                 session, version=session.version + 1, updated_at=utcnow(), message_count=0,
-                token_count=0, ends_reasoning_only=False, fork_seq=0, joined=[])
+                token_count=0, ends_reasoning_only=False, fork_seq=0, joined=[],
+                compactions=[], compactions_before=0)
             if self._b_truncate(tenant, session_id, 0, updated, session.version):
                 self._b_gc_assets(tenant)
                 return updated.version
         raise Conflict(f"session {session_id!r} kept changing; try again")
+
+    def _compactions_below(self, session: Session, seq: int) -> tuple[list[int], int]:
+        """``Session.compactions`` and ``compactions_before`` for the session's positions
+        below ``seq`` (after a pop, or for a fork at ``seq``). They come from the list,
+        unless every listed one is at ``seq`` or past it while older ones exist: then a
+        read back from the oldest listed counts the others past ``seq`` and stops at the
+        newest below it: it reads the rows down to that one, not the whole session."""
+        listed, before = session.compactions, session.compactions_before
+        below = [p for p in listed if p < seq]
+        if below or not before:
+            return below, before if below else 0
+        start = min(listed[0] if listed else session.message_count, session.message_count)
+        for past, p in enumerate(self._compactions_backward(session, start)):
+            if p < seq:
+                return [p], max(0, before - past - 1)
+        return [], 0
+
+    def _compactions_backward(self, session: Session, hi: int) -> Iterator[int]:
+        """Positions below ``hi`` of messages holding a ``Compaction`` part, newest first,
+        read back in growing batches."""
+        batch = 64
+        while hi > 0:
+            lo = max(0, hi - batch)
+            for row in reversed(self._read(session, lo, hi)):
+                if b'"compaction"' in row.data and any(
+                        type(p) is Compaction for p in MESSAGE_DECODER.decode(row.data).parts):
+                    yield row.seq
+            hi, batch = lo, min(batch * 2, 4096)
 
     def _refuse_if_shared(self, session: Session, seq: int) -> None:
         for child in self._live_children(session):
@@ -244,6 +275,7 @@ class Lifecycle(Engine):
         if not 0 <= fork_seq <= session.message_count:
             raise InvalidMessage(f"a fork of {session.id!r} starts at a position from 0 to "
                                  f"{session.message_count}, not {fork_seq}", "$.fork_seq")
+        compactions, compactions_before = self._compactions_below(session, fork_seq)
         now = utcnow()
         child = Session(
             id=sid, tenant=session.tenant, user=session.user, metadata=dict(session.metadata),
@@ -251,7 +283,8 @@ class Lifecycle(Engine):
             expires_at=session.expires_at, parent_id=session.id, fork_seq=fork_seq,
             root_id=session.root_id or session.id, message_count=fork_seq,
             token_count=token_count, ends_reasoning_only=ends_reasoning,
-            joined=[[lo, min(hi, fork_seq)] for lo, hi in session.joined if lo < fork_seq])
+            joined=[[lo, min(hi, fork_seq)] for lo, hi in session.joined if lo < fork_seq],
+            compactions=compactions, compactions_before=compactions_before)
         self._insert_fresh(child)
         return child
 

@@ -11,11 +11,13 @@ import msgspec
 from ..errors import InvalidMessage
 from ..model import Message
 
-__all__ = ["DEFAULT_TENANT", "MESSAGE_DECODER", "SESSION_DECODER", "SESSION_SCHEMA_VERSION",
-           "Page", "Row", "Session", "make_row", "utcnow"]
+__all__ = ["COMPACTIONS_KEPT", "DEFAULT_TENANT", "MESSAGE_DECODER", "SESSION_DECODER",
+           "SESSION_SCHEMA_VERSION", "Page", "Row", "Session", "make_row", "utcnow"]
 
 DEFAULT_TENANT = "default"
 SESSION_SCHEMA_VERSION = 1
+COMPACTIONS_KEPT = 8
+"""How many compaction positions a ``Session`` keeps (``Session.compactions``)."""
 
 T = TypeVar("T")
 
@@ -51,6 +53,14 @@ class Session(msgspec.Struct, kw_only=True, omit_defaults=True):
     joined: list[list[int]] = []
     """Inherited position ranges ``[lo, hi)`` whose group boundaries this session
     cleared (a result here answering a call in the shared prefix)."""
+    compactions: list[int] = []
+    """Positions of the newest messages holding a ``Compaction`` part, ascending, at
+    most ``COMPACTIONS_KEPT`` of them (the inherited prefix included): where
+    ``since_compaction`` starts, without reading back through the session."""
+    compactions_before: int = 0
+    """How many messages holding a ``Compaction`` part sit below ``compactions[0]``
+    (left out to keep the session small): a pop that empties the list reads back to
+    the newest of them."""
 
     def is_expired(self, now: datetime | None = None) -> bool:
         return self.expires_at is not None and self.expires_at <= (now or utcnow())

@@ -11,6 +11,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from ..model import KVStatus, Message
 from ..tokens import TokenCounter
 from .model import Page, Session
+from .search import SearchPage
 
 __all__ = ["Store"]
 
@@ -30,6 +31,9 @@ class Store(Protocol):
                       metadata: Mapping[str, Any] | None = None, limit: int = 50,
                       cursor: str | None = None, order: Literal["created", "recent"] = ...,
                       query: str | None = None) -> Page[Session]: ...
+    def search(self, query: str, *, tenant: str = ..., user: str | None = None,
+               session_id: str | None = None, metadata: Mapping[str, Any] | None = None,
+               limit: int = 20, cursor: str | None = None) -> SearchPage: ...
     def update_session(self, session_id: str, *, tenant: str = ...,
                        metadata: dict[str, Any] | None = None,
                        state: dict[str, Any] | None = None,
@@ -49,6 +53,8 @@ class Store(Protocol):
                keep_system: bool = False) -> list[Message]: ...
     def range(self, session_id: str, start: int = 0, stop: int | None = None, *,
               tenant: str = ..., include_marked: bool = True) -> list[Message]: ...
+    def since_compaction(self, session_id: str, *, tenant: str = ...,
+                         keep_system: bool = False) -> list[Message]: ...
     def get(self, session_id: str, message_id: str, *, tenant: str = ...) -> Message: ...
     def pop(self, session_id: str, *, tenant: str = ...,
             expected_version: int | None = None) -> Message | None: ...

@@ -2,9 +2,9 @@
 
 ``Reads`` walks a session's segments (its own rows, then each ancestor's below the
 fork point) with the fixups nearer sessions recorded (status overrides, joined
-ranges), and serves ``tail``, ``window``, ``range``, ``context`` and ``get`` from
-whole groups only, so a read never splits a tool call from its results. The
-``*_json`` reads pass the stored JSON through undecoded.
+ranges), and serves ``tail``, ``window``, ``range``, ``context``, ``since_compaction``
+and ``get`` from whole groups only, so a read never splits a tool call from its
+results. The ``*_json`` reads pass the stored JSON through undecoded.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Reads(Sessions):
             parent = self._b_get_session(current.tenant, current.parent_id)
             if parent is None:
                 raise NotFound(f"session {current.id!r} lost its parent {current.parent_id!r}")
-            current, hi = parent, lo
+            current, hi = parent, min(hi, lo)  # a fork below its parent's own fork point
 
     def _chain_fixups(self, reader: Session, segments: list[tuple[Session, int, int]]
                       ) -> list[tuple[dict[int, int], list[list[int]]]]:
@@ -228,11 +228,16 @@ class Reads(Sessions):
             return row.tokens
         return cached_count(MESSAGE_DECODER.decode(row.data), counter)
 
-    def _kept_rows(self, session: Session) -> list[Row]:
+    def _kept_rows(self, session: Session, below: int | None = None) -> list[Row]:
+        """The session's system and developer rows (only those below ``below``)."""
         out: list[Row] = []
         segments = self._segments(session)
         fixes = self._chain_fixups(session, segments)
         for (owner, lo, hi), (overrides, joined) in zip(segments, fixes, strict=True):
+            if below is not None:
+                hi = min(hi, below)
+                if hi <= lo:
+                    continue
             rows = [r for r in self._b_kept_rows(owner.tenant, owner.id, hi) if r.seq >= lo]
             out[:0] = [_fix(r, overrides, joined) for r in rows]
         return out
@@ -247,6 +252,42 @@ class Reads(Sessions):
             if seq is None or seq >= hi:
                 return hi  # the tail of this segment is all that fits
         return 0
+
+    def since_compaction(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
+                         keep_system: bool = False) -> list[Message]:
+        """What a provider reads after its last compaction, as ``History.since_compaction``
+        gives it: the newest message holding a ``Compaction`` part and everything after
+        it (widened back to whole groups, orphans left out, marked ones kept, as
+        ``range``); the whole session when there is none. With ``keep_system`` the
+        system and developer messages before it come first.
+
+        The session records where its newest compactions are (``Session.compactions``),
+        so this reads only the rows from there on: the cost does not grow with what
+        the compaction stands for."""
+        return self._decode(self._since_compaction_rows(session_id, tenant, keep_system))
+
+    def since_compaction_json(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
+                              keep_system: bool = False) -> bytes:
+        """``since_compaction()`` as a JSON array, the stored JSON passed through undecoded."""
+        return _rows_json(self._since_compaction_rows(session_id, tenant, keep_system))
+
+    def _since_compaction_rows(self, session_id: str, tenant: str, keep_system: bool
+                               ) -> list[Row]:
+        session = self.get_session(session_id, tenant=tenant)
+        listed = [seq for seq in session.compactions if seq < session.message_count]
+        at = listed[-1] if listed else 0
+        chosen: list[Sequence[Row]] = []  # newest group first
+        start = at
+        for group in self._groups_backward(session, at):
+            start = group[0].seq
+            if _usable(group, True):
+                chosen.append(group)
+            if start <= at:
+                break
+        rows = [r for group in reversed(chosen) for r in group]
+        if keep_system and start > 0:
+            rows[:0] = self._kept_rows(session, below=start)
+        return rows
 
     def context(self, session_id: str, head: int, tail: int, *,
                 tenant: str = DEFAULT_TENANT) -> list[Message]:

@@ -48,6 +48,7 @@ from ..tokens import TokenCounter, get_counter
 from .aio import AsyncStoreAdapter
 from .checks import validated
 from .model import Page, Session
+from .search import SearchPage
 
 try:
     import httpx
@@ -91,6 +92,10 @@ def _range_params(start: int, stop: int | None, include_marked: bool) -> dict[st
     return params
 
 
+def _since_compaction_params(keep_system: bool) -> dict[str, Any]:
+    return {"since": "compaction", "keep_system": "true" if keep_system else "false"}
+
+
 class _Popped(msgspec.Struct):
     message: Message | None
 
@@ -98,6 +103,30 @@ class _Popped(msgspec.Struct):
 class _PageOut(msgspec.Struct):
     items: list[Session]
     next_cursor: str | None = None
+
+
+_search_decoder = msgspec.json.Decoder(SearchPage)
+
+
+def _code_points(text: str, marks: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``marks`` in UTF-16 code units of ``text`` (the API's) as offsets in code points
+    (Python's)."""
+    at: dict[int, int] = {}
+    units = 0
+    for i, ch in enumerate(text):
+        at[units] = i
+        units += 2 if ord(ch) > 0xFFFF else 1
+    at[units] = len(text)
+    return [(at.get(start, start), at.get(end, end)) for start, end in marks]
+
+
+def _query_params(metadata: Mapping[str, Any] | None, **values: str | int | None
+                  ) -> list[tuple[str, str]]:
+    """Query parameters: ``values`` that are not None, then the metadata filter as
+    ``metadata.<key>`` parameters, each value as JSON."""
+    params = [(name, str(value)) for name, value in values.items() if value is not None]
+    return params + [(f"metadata.{key}", _encoder.encode(value).decode())
+                     for key, value in (metadata or {}).items()]
 
 
 class _Me(msgspec.Struct):
@@ -244,20 +273,23 @@ class RemoteStore:
                       metadata: Mapping[str, Any] | None = None, limit: int = 50,
                       cursor: str | None = None, order: Literal["created", "recent"] = "created",
                       query: str | None = None) -> Page[Session]:
-        params: list[tuple[str, str]] = [("limit", str(limit))]
-        if order != "created":
-            params.append(("order", order))
-        if query:
-            params.append(("q", query))
-        if user is not None:
-            params.append(("user", user))
-        if cursor:
-            params.append(("cursor", cursor))
-        for key, value in (metadata or {}).items():
-            params.append((f"metadata.{key}", _encoder.encode(value).decode()))
+        params = _query_params(metadata, limit=limit, order=None if order == "created" else order,
+                               q=query or None, user=user, cursor=cursor or None)
         response = self._request("GET", "/v1/sessions", tenant=tenant, params=params)
         page = msgspec.json.decode(response.content, type=_PageOut)
         return Page(items=page.items, next_cursor=page.next_cursor)
+
+    def search(self, query: str, *, tenant: str | None = None, user: str | None = None,
+               session_id: str | None = None, metadata: Mapping[str, Any] | None = None,
+               limit: int = 20, cursor: str | None = None) -> SearchPage:
+        """``GET /v1/search``: the server store's ``search`` over this key's tenant."""
+        params = _query_params(metadata, q=query, limit=limit, user=user,
+                               session_id=session_id, cursor=cursor or None)
+        response = self._request("GET", "/v1/search", tenant=tenant, params=params)
+        page = _search_decoder.decode(response.content)
+        for hit in page.items:  # the API's marks are in UTF-16 code units
+            hit.marks = _code_points(hit.snippet, hit.marks)
+        return page
 
     def update_session(self, session_id: str, *, tenant: str | None = None,
                        metadata: dict[str, Any] | None = None,
@@ -378,6 +410,17 @@ class RemoteStore:
         """``range()`` as the server's JSON array, undecoded."""
         return self._messages_json(session_id, "/messages", tenant,
                                    _range_params(start, stop, include_marked))
+
+    def since_compaction(self, session_id: str, *, tenant: str | None = None,
+                         keep_system: bool = False) -> list[Message]:
+        return self._messages(session_id, "/messages", tenant,
+                              _since_compaction_params(keep_system))
+
+    def since_compaction_json(self, session_id: str, *, tenant: str | None = None,
+                              keep_system: bool = False) -> bytes:
+        """``since_compaction()`` as the server's JSON array, undecoded."""
+        return self._messages_json(session_id, "/messages", tenant,
+                                   _since_compaction_params(keep_system))
 
     def get(self, session_id: str, message_id: str, *, tenant: str | None = None) -> Message:
         from urllib.parse import quote

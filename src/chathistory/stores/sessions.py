@@ -2,14 +2,14 @@
 
 ``Sessions`` creates, reads, lists (cursors, search) and updates sessions on top of
 the backend primitives (``backend.py``); the helpers below it make and read the
-opaque cursors of ``list_sessions`` and match its search text.
+opaque cursors of ``list_sessions``.
 """
 
 from __future__ import annotations
 
 import base64
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal, Self
 
@@ -82,10 +82,13 @@ class Sessions(Backend):
 
         ``order="created"``: oldest created first; ``"recent"``: last changed
         (``updated_at``) first, ties by id descending. ``metadata`` keeps sessions
-        whose metadata has those keys with those values. ``query`` keeps sessions
-        whose id, a metadata value (as JSON text) or the stored JSON of one of their
-        own messages contains it, ASCII letters case-insensitively (a fork is found
-        by its own messages; a match in a shared prefix lists the session that owns it).
+        whose metadata has those keys with those values. ``query`` is a word search
+        (``search.parse_query``: words, ``"phrases"``, ``prefix*``; ``InvalidArgument``
+        naming ``q`` for one without a word): it keeps sessions of which one of their
+        own messages matches it (through the store's search index where it has one), or
+        whose id or a metadata value (as JSON text) contains its text, ASCII letters
+        case-insensitively. A fork is found by its own messages; a match in a shared
+        prefix lists the session that owns it. An empty query is no filter.
         """
         if not 1 <= limit <= 1000:
             raise InvalidArgument("limit must be between 1 and 1000")
@@ -93,19 +96,18 @@ class Sessions(Backend):
             raise InvalidArgument(f"order must be 'created' or 'recent', not {order!r}")
         recent = order == "recent"
         after = _parse_cursor(cursor, order)
-        needle = _Needle(query) if query else None
-        size = limit if needle is None else max(limit, 100)  # a search reads larger batches
+        if query is not None and not isinstance(query, str):
+            raise InvalidArgument("query must be a string")
+        matching = self._listing_search(tenant, query) if query else None
+        size = limit if matching is None else max(limit, 100)  # a search reads larger batches
         out: list[Session] = []
         now = self.now()
         while True:
             batch = self._b_list_sessions(tenant, after, size, user, recent=recent)
             kept = [s for s in batch if not s.is_expired(now) and (
                 not metadata or all(s.metadata.get(k) == v for k, v in metadata.items()))]
-            if needle is not None and kept:
-                found = {s.id for s in kept if needle.in_session(s)}
-                rest = [s.id for s in kept if s.id not in found]
-                if rest:
-                    found |= self._b_matching(tenant, rest, needle.json)
+            if matching is not None and kept:
+                found = matching(kept)
                 kept = [s for s in kept if s.id in found]
             for s in kept:
                 out.append(s)
@@ -133,6 +135,13 @@ class Sessions(Backend):
                 return counted if at_most is None else min(counted, at_most)
         return count_listed(functools.partial(self.list_sessions, tenant=tenant, user=user,
                                               metadata=metadata, query=query), at_most)
+
+    def _listing_search(self, tenant: str, query: str
+                        ) -> Callable[[Sequence[Session]], set[str]]:
+        """``list_sessions``' search: parses ``query`` and returns what keeps, of a batch
+        of the tenant's sessions (in listing order, batch after batch), the ids of those
+        that match. The engine's ``Browse`` (``browse.py``) implements it."""
+        raise NotImplementedError
 
     def update_session(self, session_id: str, *, tenant: str = DEFAULT_TENANT,
                        metadata: dict[str, Any] | None = None,
@@ -206,22 +215,3 @@ def _parse_cursor(cursor: str | None, order: str) -> tuple[str, str] | None:
     if made_for != order:
         raise InvalidArgument(f"this cursor is for order={made_for}, not order={order}")
     return key, sid
-
-
-class _Needle:
-    """A search text: the raw bytes (matched against ids) and the JSON string body
-    (matched against stored JSON), ASCII-lowercased like SQL ``LIKE``."""
-
-    __slots__ = ("json", "raw", "raw_json")
-
-    def __init__(self, query: str) -> None:
-        if not isinstance(query, str):
-            raise InvalidArgument("query must be a string")
-        self.json = msgspec.json.encode(query)[1:-1].decode()
-        self.raw = query.encode().lower()  # bytes.lower(): ASCII letters only
-        self.raw_json = self.json.encode().lower()
-
-    def in_session(self, session: Session) -> bool:
-        return self.raw in session.id.encode().lower() or any(
-            self.raw_json in msgspec.json.encode(v).lower() for v in session.metadata.values())
-

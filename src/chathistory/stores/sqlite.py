@@ -18,9 +18,9 @@ other processes are never blocked (WAL). The connection is not carried across
 ``fork()``: open the store in the child.
 
 Layout: a session is its whole ``Session`` as JSON beside the columns that are
-searched (created_at, updated_at, user, parent_id, root_id, expires_at). A
-search (``list_sessions(query=)``) is a ``LIKE`` over the stored JSON of each
-listed session's messages. Messages are keyed by ``(tenant, session_id, seq)``;
+searched (created_at, updated_at, user, parent_id, root_id, expires_at). Messages
+are found by their words through an FTS5 index (``sqlite_search.py``; ``search=off``
+turns it off, and a search then scans). Messages are keyed by ``(tenant, session_id, seq)``;
 the running token total grows with ``seq``, so the same key finds "the newest
 messages within N tokens", and ``tail`` and ``window`` are primary-key range
 reads that never scan a session.
@@ -30,10 +30,11 @@ transaction together with its record in the ``migrations`` table.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from os import PathLike, fspath
@@ -48,12 +49,20 @@ from .backend import AppendTxn, Span, like_pattern, recent_key
 from .base import BaseStore
 from .model import SESSION_DECODER, Row, Session, make_row, utcnow
 from .sqlite_schema import MIGRATIONS
+from .sqlite_search import AUTO_BUILD_ROWS, IndexedSearch, note_appended, unindex
 
 __all__ = ["MIGRATIONS", "SQLiteStore"]
 
 T = TypeVar("T")
 
+log = logging.getLogger("chathistory.stores")
+
 _SYNCHRONOUS = ("NORMAL", "FULL", "EXTRA")
+_SWITCH = {"on": True, "true": True, "1": True, "yes": True,
+           "off": False, "false": False, "0": False, "no": False}
+SCAN_LIMIT = 20_000
+"""Rows a search reads at most when it scans (``search=off``, or an index still being
+built): ``search_scan_limit``."""
 
 # ---------------------------------------------------------------- statements
 
@@ -121,6 +130,8 @@ _IN_SPAN = ("SELECT seq FROM messages WHERE tenant = ?2 AND session_id = "
             "json_extract(j.value, '$[0]') AND seq >= json_extract(j.value, '$[1]') "
             "AND seq < json_extract(j.value, '$[2]')")
 FIRST_USER = _PAGE + f"= ({_IN_SPAN} AND role = 'user' ORDER BY seq LIMIT 1)"
+ROWS_AT = (f"SELECT {_M_ROW} FROM json_each(?) AS j CROSS JOIN messages AS m "
+           "WHERE m.tenant = ? AND m.session_id = ? AND m.seq = j.value ORDER BY m.seq")
 CONTAINING = (_PAGE + f"IN ({_IN_SPAN} AND CAST(data AS TEXT) LIKE ?3 ESCAPE '\\' "
               "ORDER BY seq LIMIT ?4) ORDER BY j.key, m.seq")
 # the tenant's sessions (an index range), less the expired ones (the expiry index)
@@ -150,12 +161,15 @@ def _rows(cursor: Iterable[Sequence[Any]]) -> list[Row]:
 
 
 class _Txn(AppendTxn):
-    """``AppendTxn`` over a connection inside ``BEGIN IMMEDIATE``."""
+    """``AppendTxn`` over a connection inside ``BEGIN IMMEDIATE``. ``search``: whether
+    the store keeps the search index; ``pending``: rows left to index after ``write``."""
 
-    __slots__ = ("conn", "session", "session_id", "tenant")
+    __slots__ = ("conn", "pending", "search", "session", "session_id", "tenant")
 
-    def __init__(self, conn: sqlite3.Connection, tenant: str, session_id: str) -> None:
+    def __init__(self, conn: sqlite3.Connection, tenant: str, session_id: str,
+                 search: bool) -> None:
         self.conn, self.tenant, self.session_id = conn, tenant, session_id
+        self.search, self.pending = search, 0
         found = conn.execute(_GET_SESSION, (tenant, session_id)).fetchone()
         self.session: Session | None = (None if found is None
                                         else SESSION_DECODER.decode(found[0]))
@@ -184,6 +198,7 @@ class _Txn(AppendTxn):
             conn.executemany(_INSERT_MESSAGE, [(*key, *r) for r in rows])
         if calls:
             conn.executemany(_INSERT_CALL, [(*key, c, seq) for c, seq in calls.items()])
+        self.pending = note_appended(conn, self.search, *key, rows)
         for sha, (data, mime_type) in assets.items():
             conn.execute("INSERT OR IGNORE INTO assets (tenant, sha256, mime_type, data) "
                          "VALUES (?, ?, ?, ?)", (self.tenant, sha, mime_type, data))
@@ -193,18 +208,24 @@ class _Txn(AppendTxn):
                                      _encode(session).decode(), *key))
 
 
-class SQLiteStore(BaseStore):
+class SQLiteStore(IndexedSearch, BaseStore):
     """A store in one SQLite file (``sqlite:///path.db``), or ``:memory:``.
 
     ``synchronous`` is ``"NORMAL"`` (survives a process crash; the default) or
     ``"FULL"`` / ``"EXTRA"`` (survives power loss too). ``timeout`` is how many
     seconds a write waits for another process holding the file's write lock.
     ``with store.atomic():`` makes several writes (appends included) one transaction.
+    ``search=False`` (``?search=off``): no search index is kept (nor used: a search
+    scans, at most ``search_scan_limit`` rows); its first write marks an existing index
+    stale, to be rebuilt by a store that keeps it (``sqlite_search.py``).
     """
+
+    search_scan_limit: int | None = SCAN_LIMIT
+    row_columns = _M_ROW
 
     def __init__(self, path: str | PathLike[str] = "chathistory.db",
                  counter: str | TokenCounter | None = None, *, timeout: float = 30.0,
-                 synchronous: str = "NORMAL") -> None:
+                 synchronous: str = "NORMAL", search: bool = True) -> None:
         super().__init__(counter)
         synchronous = synchronous.upper()
         if synchronous not in _SYNCHRONOUS:
@@ -214,6 +235,7 @@ class SQLiteStore(BaseStore):
         self.path = fspath(path)
         self.timeout = float(timeout)
         self.synchronous = synchronous
+        self.search_indexed = bool(search)
         self._lock = threading.RLock()
         # Writes go through one connection behind one lock (a transaction at a time);
         # reads outside a transaction use a connection of their own thread, so a long
@@ -223,12 +245,14 @@ class SQLiteStore(BaseStore):
         self._readers: list[sqlite3.Connection] = []
         self._shared_only = self.path in ("", ":memory:") or self.path.startswith("file:")
         self._conn = self._connect()
+        self._init_indexer()
         self._migrate()
+        self._open_index()
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLiteStore:
         """``sqlite:///relative.db``, ``sqlite:////abs/path.db``, ``sqlite:///:memory:``;
-        ``?synchronous=FULL&timeout=5`` in the URL or as keyword options."""
+        ``?synchronous=FULL&timeout=5&search=off`` in the URL or as keyword options."""
         scheme, sep, rest = url.partition("://")
         if scheme.lower() != "sqlite" or not sep or not rest.startswith("/") or rest == "/":
             raise ValueError(f"not a SQLite URL: {url!r} (use sqlite:///path.db or "
@@ -239,6 +263,10 @@ class SQLiteStore(BaseStore):
                 options.setdefault("timeout", float(value))
             elif name == "synchronous":
                 options.setdefault("synchronous", value)
+            elif name == "search":
+                if value.lower() not in _SWITCH:
+                    raise ValueError(f"search must be on or off, not {value!r}")
+                options.setdefault("search", _SWITCH[value.lower()])
             else:
                 raise ValueError(f"unknown SQLite URL option {name!r}")
         return cls(unquote(location), **options)
@@ -329,7 +357,7 @@ class SQLiteStore(BaseStore):
                 self._readers.append(conn)
         return conn
 
-    def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
+    def _fetch(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
         reader = self._reader()
         if reader is not None:
             return reader.execute(sql, params).fetchall()
@@ -365,8 +393,26 @@ class SQLiteStore(BaseStore):
                     conn.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)",
                                  (name, _stamp(utcnow())))
 
+    def _open_index(self) -> None:
+        """A store that keeps the search index builds it now when few rows are left to
+        index (``AUTO_BUILD_ROWS``), else says so once: searches scan until
+        ``build_search_index`` (``chathistory migrate``) has built it."""
+        if not self.search_indexed:
+            return
+        state = self.search_index_state()
+        if state.usable:
+            return
+        if self._rows_to_index(state, AUTO_BUILD_ROWS + 1) <= AUTO_BUILD_ROWS:
+            self.build_search_index()
+        else:
+            log.warning("%s: the search index is %s, with more than %d rows to index; "
+                        "searches scan (at most %s rows) until `chathistory migrate` or "
+                        "build_search_index() builds it", self.path, state.state,
+                        AUTO_BUILD_ROWS, self.search_scan_limit)
+
     def close(self) -> None:
         """Close the connection (the last one to close checkpoints the WAL)."""
+        self._stop_indexer()
         with self._lock:
             for reader in self._readers:
                 reader.close()
@@ -441,6 +487,7 @@ class SQLiteStore(BaseStore):
     def _b_delete_session(self, tenant: str, session_id: str) -> None:
         # messages, calls, status overrides and asset references go by ON DELETE CASCADE
         with self.atomic() as conn:
+            unindex(conn, self.search_indexed, tenant, session_id, 0, forget=True)
             conn.execute("DELETE FROM sessions WHERE tenant = ? AND id = ?", (tenant, session_id))
 
     # ---------------------------------------------------------------- messages
@@ -450,10 +497,25 @@ class SQLiteStore(BaseStore):
         # BEGIN IMMEDIATE holds the file's write lock for the whole function, so
         # there is no write race to retry: fn runs exactly once.
         with self.atomic() as conn:
-            return fn(_Txn(conn, tenant, session_id))
+            txn = _Txn(conn, tenant, session_id, self.search_indexed)
+            result = fn(txn)
+        if txn.pending and not getattr(self._local, "atomic", 0):
+            try:  # committed: a failure here is the next search's to report
+                self._after_append(txn.pending)
+            except sqlite3.Error:
+                log.exception("%s: indexing the pending rows for search failed; the "
+                              "next search tries again", self.path)
+        return result
 
     def _b_rows(self, tenant: str, session_id: str, lo: int, hi: int) -> list[Row]:
         return self._fetch_rows(ROWS, (tenant, session_id, lo, hi))
+
+    def _rows_at(self, tenant: str, session_id: str, seqs: Sequence[int]) -> list[Row]:
+        return self._fetch_rows(ROWS_AT, (_encode(list(seqs)), tenant, session_id))
+
+    def _fetch_keyed_rows(self, sql: str, params: Mapping[str, Any], keys: int
+                          ) -> list[tuple[Any, ...]]:
+        return [(*found[:keys], _rows([found[keys:]])[0]) for found in self._fetch(sql, params)]
 
     def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:
         found = self._fetch(SEQ_AT_CUM, (tenant, session_id, cum, _SCAN))
@@ -503,6 +565,7 @@ class SQLiteStore(BaseStore):
             if restore:
                 conn.executemany("UPDATE messages SET cut_ok = 1 WHERE tenant = ? AND "
                                  "session_id = ? AND seq = ?", [(*key, at) for at in restore])
+            unindex(conn, self.search_indexed, tenant, session_id, seq, forget=False)
             conn.execute("DELETE FROM messages WHERE tenant = ? AND session_id = ? "
                          "AND seq >= ?", (*key, seq))
             conn.execute("DELETE FROM calls WHERE tenant = ? AND session_id = ? AND seq >= ?",

@@ -32,6 +32,15 @@ def _backfill_updated_at(conn: sqlite3.Connection) -> None:
         after = (batch[-1][0], batch[-1][1])
 
 
+def _require_fts5(conn: sqlite3.Connection) -> None:
+    """The search index needs FTS5 (in every common build of SQLite; not in all)."""
+    options = {option for (option,) in conn.execute("PRAGMA compile_options")}
+    if "ENABLE_FTS5" not in options:
+        raise sqlite3.OperationalError(
+            f"this SQLite ({sqlite3.sqlite_version}) was built without FTS5, which the "
+            "search index (migration m004_search) needs")
+
+
 def _regroup(conn: sqlite3.Connection) -> None:
     """Clear the group-start flags that a batch append of earlier releases left set
     (a result joined the batch's earlier messages to its call only in memory)."""
@@ -116,6 +125,26 @@ MIGRATIONS: list[tuple[str, tuple[str | Callable[[sqlite3.Connection], None], ..
     )),
     # parallel calls stored as consecutive messages in one batch are one group
     ("m003_regroup", (_regroup,)),
+    # The search index (sqlite_search.py): a contentless FTS5 table of each message's
+    # words with its tenant's prefix, rowid num << 32 | seq; the sessions' numbers; the
+    # rows appended since the last batch was indexed; and the index's state, which a
+    # database with messages starts as 'building' (SQLiteStore.build_search_index
+    # fills it, resumably; on open when it is small).
+    ("m004_search", (
+        _require_fts5,
+        "CREATE VIRTUAL TABLE search_words USING fts5(words, content='', "
+        "tokenize='ascii', detail=full)",
+        """CREATE TABLE search_sessions (
+            num INTEGER PRIMARY KEY AUTOINCREMENT, tenant TEXT NOT NULL,
+            session_id TEXT NOT NULL, UNIQUE (tenant, session_id))""",
+        "CREATE TABLE search_pending (id INTEGER PRIMARY KEY)",
+        """CREATE TABLE search_state (
+            id INTEGER PRIMARY KEY CHECK (id = 1), state TEXT NOT NULL,
+            words INTEGER NOT NULL, tenant TEXT, session_id TEXT, seq INTEGER,
+            done INTEGER NOT NULL)""",
+        "INSERT INTO search_state (id, state, words, done) SELECT 1, CASE WHEN EXISTS "
+        "(SELECT 1 FROM messages) THEN 'building' ELSE 'ready' END, 1, 0",
+    )),
 ]
 """Named schema steps, oldest first: SQL statements, or functions given the connection
 (inside the step's transaction). Append new ones; never edit a released one."""

@@ -6,7 +6,8 @@
 // which builds DOM nodes itself: no content of a message can run script.
 //
 // Modules: dom.js (DOM and text helpers), api.js (requests, the key dialog),
-// router.js (hash routes), list.js (the session list and search), session.js
+// router.js (hash routes), list.js (the session list and its search), search.js
+// (message search), session.js
 // (a session's page and its context window), parts.js (message parts),
 // branches.js (the branch and session panels).
 

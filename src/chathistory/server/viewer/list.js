@@ -11,61 +11,47 @@ export function showList(params, main, gen) {
   const meta = params.get("meta") || "";
   const order = params.get("order") === "created" ? "created" : "recent";
 
-  const form = h("form", "filters");
-  form.setAttribute("role", "search");
-  const qInput = h("input", "search");
-  Object.assign(qInput, { type: "search", name: "q", value: q, placeholder: "Search messages, ids, metadata…" });
-  qInput.setAttribute("aria-label", "Search");
-  const metaInput = h("input", "meta-filter");
-  Object.assign(metaInput, { type: "text", name: "meta", value: meta, placeholder: "filter: user=…, key=value, …" });
-  metaInput.setAttribute("aria-label", "Metadata filter");
-  const orderSelect = h("select", "order");
-  orderSelect.setAttribute("aria-label", "Order");
-  for (const [value, label] of [["recent", "Last activity"], ["created", "Created"]]) {
-    const option = h("option", null, label);
-    option.value = value;
-    option.selected = value === order;
-    orderSelect.append(option);
-  }
-  const submit = h("button", "primary", "Search");
-  submit.type = "submit";
-  form.append(qInput, metaInput, orderSelect, submit);
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    const next = new URLSearchParams();
-    if (qInput.value.trim()) next.set("q", qInput.value.trim());
-    if (metaInput.value.trim()) next.set("meta", metaInput.value.trim());
-    if (orderSelect.value !== "recent") next.set("order", orderSelect.value);
-    const hash = `#/?${next}`;
-    if (location.hash === hash) route(); else location.hash = hash;
-  });
-  orderSelect.addEventListener("change", () => form.requestSubmit());
-
+  const form = searchForm({ q, meta, order, action: "/", label: "Search" });
+  // the same words, as message hits (#/search): each match, not each session
+  const hitsLink = q ? anchor(`#/search?${new URLSearchParams(meta ? { q, meta } : { q })}`,
+    "search-switch", "Show each matching message") : null;
   const status = h("div", "list-status", "Loading…");
   status.setAttribute("role", "status");
   const list = h("ul", "sessions");
-  const more = button("Load more", "more", () => loadPage());
-  more.hidden = true;
-  main.append(h("h1", "page-title", q ? `Sessions matching “${q}”` : "Sessions"), form, status, list, more);
+  // one request a page: titles, previews, snippets and the total come in it
+  const { more, load } = pager({
+    list, status, gen, row: sessionRow,
+    request(cursor) {
+      const qs = new URLSearchParams({ limit: String(LIST_PAGE), order });
+      if (q) qs.set("q", q);
+      addFilters(qs, meta);
+      if (cursor) qs.set("cursor", cursor);
+      return api(`/v1/sessions?${qs}`);
+    },
+    report(page, shown) {
+      if (shown) return [countLine(shown, page)];
+      return q || meta ? ["No session matches."] : emptyState();
+    },
+  });
+  main.append(h("h1", "page-title", q ? `Sessions matching “${q}”` : "Sessions"), form, hitsLink,
+    status, list, more);
+  load();
+}
 
+// A list read a page at a time: request(cursor) answers a page ({items,
+// next_cursor}), each item becomes row(item) in list, and report(page, shown)
+// gives what the status line then says; "Load more" (more) reads the next
+// page. Work of an older navigation (gen) is dropped.
+export function pager({ list, status, gen, row, request, report }) {
   let cursor = null;
   let shown = 0;
-
-  // one request a page: titles, previews, snippets and the total come in it
-  async function loadPage() {
+  const more = button("Load more", "more", () => load());
+  more.hidden = true;
+  async function load() {
     more.disabled = true;
-    const qs = new URLSearchParams({ limit: String(LIST_PAGE), order });
-    if (q) qs.set("q", q);
-    for (const pair of meta.split(",")) {
-      const [key, ...rest] = pair.split("=");
-      if (!key.trim() || !rest.length) continue;
-      if (key.trim() === "user") qs.set("user", rest.join("=").trim()); // the session's user
-      else qs.append(`metadata.${key.trim()}`, rest.join("=").trim());
-    }
-    if (cursor) qs.set("cursor", cursor);
     let page;
     try {
-      page = await api(`/v1/sessions?${qs}`);
+      page = await request(cursor);
     } catch (err) {
       if (gen !== nav.generation) return;
       status.textContent = "";
@@ -74,18 +60,65 @@ export function showList(params, main, gen) {
       return;
     }
     if (gen !== nav.generation) return;
-    for (const session of page.items) {
-      list.append(sessionRow(session));
+    for (const item of page.items) {
+      list.append(row(item));
       shown++;
     }
     cursor = page.next_cursor;
     more.hidden = !cursor;
     more.disabled = false;
-    if (shown) status.replaceChildren(countLine(shown, page));
-    else if (q || meta) status.replaceChildren("No session matches.");
-    else status.replaceChildren(...emptyState());
+    status.replaceChildren(...report(page, shown, cursor));
   }
-  loadPage();
+  return { more, load };
+}
+
+// The filters form of the list (#/) and of message search (#/search): words,
+// the metadata filter and, for the list, its order; submitting goes to
+// #<action>?q=...&meta=...
+export function searchForm({ q, meta, order, action, label }) {
+  const form = h("form", "filters");
+  form.setAttribute("role", "search");
+  const qInput = h("input", "search");
+  Object.assign(qInput, { type: "search", name: "q", value: q, placeholder: "Search words, \"a phrase\", prefix*…" });
+  qInput.setAttribute("aria-label", label);
+  const metaInput = h("input", "meta-filter");
+  Object.assign(metaInput, { type: "text", name: "meta", value: meta, placeholder: "filter: user=…, key=value, …" });
+  metaInput.setAttribute("aria-label", "Metadata filter");
+  let orderSelect = null;
+  if (order) {
+    orderSelect = h("select", "order");
+    orderSelect.setAttribute("aria-label", "Order");
+    for (const [value, text] of [["recent", "Last activity"], ["created", "Created"]]) {
+      const option = h("option", null, text);
+      option.value = value;
+      option.selected = value === order;
+      orderSelect.append(option);
+    }
+    orderSelect.addEventListener("change", () => form.requestSubmit());
+  }
+  const submit = h("button", "primary", "Search");
+  submit.type = "submit";
+  form.append(qInput, metaInput, ...(orderSelect ? [orderSelect] : []), submit);
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const next = new URLSearchParams();
+    if (qInput.value.trim()) next.set("q", qInput.value.trim());
+    if (metaInput.value.trim()) next.set("meta", metaInput.value.trim());
+    if (orderSelect && orderSelect.value !== "recent") next.set("order", orderSelect.value);
+    const hash = `#${action}?${next}`;
+    if (location.hash === hash) route(); else location.hash = hash;
+  });
+  return form;
+}
+
+// "user=ana, kind=x" as the query's filters: the session's user and metadata.<key>
+export function addFilters(qs, meta) {
+  for (const pair of meta.split(",")) {
+    const [key, ...rest] = pair.split("=");
+    if (!key.trim() || !rest.length) continue;
+    if (key.trim() === "user") qs.set("user", rest.join("=").trim()); // the session's user
+    else qs.append(`metadata.${key.trim()}`, rest.join("=").trim());
+  }
 }
 
 // "50 of 17,552 sessions"; a search counts up to a bound: "50 of 1,000+ sessions"

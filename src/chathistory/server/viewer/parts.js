@@ -1,5 +1,5 @@
 // A message's parts: text (Markdown), images, audio, files, tool calls with
-// their results, reasoning.
+// their results, reasoning, provider compactions.
 
 import { assetUrl } from "./api.js";
 import { codeBlock, preformatted, renderMarkdown, safeUrl } from "./markdown.js";
@@ -27,6 +27,8 @@ export class PartRenderer {
         return this.toolResult(part);
       case "reasoning":
         return reasoningPart(part);
+      case "compaction":
+        return compactionPart(part);
       default:
         return details(`${part.type} part`, "unknown-part", h("pre", "json", pretty(part)));
     }
@@ -147,6 +149,40 @@ export function reasoningPart(part) {
   if (text) box.append(renderMarkdown(text));
   else box.append(h("p", "muted", part.signature ? "signed reasoning without text" : "no readable text"));
   return box;
+}
+
+// The providers whose compactions chathistory decodes, by the format that wrote them.
+const PROVIDERS = { openai_responses: "OpenAI Responses", anthropic: "Anthropic" };
+
+export function providerName(provider) {
+  return Object.hasOwn(PROVIDERS, provider) ? PROVIDERS[provider] : String(provider || "an unknown provider");
+}
+
+// A provider's compaction: what it reads instead of everything before it. Its
+// summary when it gave one (Anthropic), else the size of what only it can read
+// (OpenAI's is encrypted); a failed one has neither.
+export function compactionPart(part) {
+  const name = providerName(part.provider);
+  const box = h("div", "compaction", h("div", "compaction-head", h("span", "compaction-icon"),
+    h("span", "compaction-title", "Compaction"), h("span", "badge compaction-provider", name)));
+  if (!part.text && typeof part.data !== "string") {
+    box.append(h("p", "compaction-opaque muted", "no summary and no data (the provider's compaction gave none)"));
+    return box;
+  }
+  if (part.text) box.append(h("div", "label", "Summary"), renderMarkdown(part.text));
+  else box.append(h("p", "compaction-opaque muted", `opaque compaction data, ${fmt(utf8Length(part.data))} bytes`));
+  box.append(h("p", "compaction-note muted", `${name} reads this instead of the messages before it.`));
+  return box;
+}
+
+// The line in a session's timeline above a message that holds a compaction.
+export function compactionDivider(part) {
+  return h("li", "compaction-divider", h("span", "compaction-divider-label", "compacted here"),
+    h("span", "muted", ` · ${providerName(part.provider)} reads from here on`));
+}
+
+function utf8Length(text) {
+  return new TextEncoder().encode(text).length;
 }
 
 export function imagePart(part) {

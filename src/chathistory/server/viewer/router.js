@@ -1,8 +1,10 @@
-// Hash routes: #/ (the session list, with its filters) and #/s/ID (a session).
+// Hash routes: #/ (the session list, with its filters), #/search (message
+// search) and #/s/ID (a session).
 
 import { api, me } from "./api.js";
 import { $, nav } from "./dom.js";
 import { showList } from "./list.js";
+import { showSearch } from "./search.js";
 import { showSession } from "./session.js";
 
 export function route() {
@@ -14,6 +16,8 @@ export function route() {
   main.replaceChildren();
   if (path.startsWith("/s/")) {
     showSession(decodeURIComponent(path.slice(3)), params, main, nav.generation);
+  } else if (path === "/search") {
+    showSearch(params, main, nav.generation);
   } else {
     showList(params, main, nav.generation);
   }

@@ -8,7 +8,7 @@ import {
   anchor, button, bytes, details, enc, fmt, h, KV, nav, plural, pretty, roleClass, showError,
   textOf, titleOf, tokensOf, when,
 } from "./dom.js";
-import { PartRenderer } from "./parts.js";
+import { compactionDivider, PartRenderer } from "./parts.js";
 import { WindowPanel } from "./window.js";
 
 const PAGE = 200; // messages fetched per request on a session page
@@ -179,6 +179,8 @@ export class SessionView {
       fresh.forEach((message, k) => {
         const seq = firstSeq + k;
         if (this.session.fork_seq > 0 && seq === this.session.fork_seq) frag.append(forkDivider(this.session));
+        const compaction = (message.parts || []).find((part) => part.type === "compaction");
+        if (compaction) frag.append(compactionDivider(compaction));
         const node = this.renderMessage(message, seq);
         nodes.push(node);
         frag.append(node);
@@ -296,7 +298,10 @@ export class SessionView {
     let earlier = true;
     const close = (beforeNode) => {
       const hidden = unloaded + run.length;
-      if (hidden) this.timeline.insertBefore(this.gapMarker(run, hidden, earlier, !beforeNode), beforeNode);
+      // a marker goes above the compaction divider of the message it comes before
+      const divider = beforeNode?.previousElementSibling;
+      const at = divider?.classList.contains("compaction-divider") ? divider : beforeNode;
+      if (hidden) this.timeline.insertBefore(this.gapMarker(run, hidden, earlier, !beforeNode), at);
       run = [];
       unloaded = 0;
       earlier = false;

@@ -25,8 +25,9 @@ Sessions are listed by an index range (partial indexes whose condition only the
 listings state, so a lookup by key can only use the primary key; schema m004):
 ``(tenant, created_iso, session_id)``, or
 ``(tenant, updated_iso, session_id)`` for ``order="recent"`` (``updated_iso`` is
-``recent_key()``, written with every save). A search (``query=``) is an ``ILIKE``
-over each listed session's messages (see ``_b_matching``): it scans.
+``recent_key()``, written with every save). Messages are found by their words
+through a GIN index over each row's words, written by the append (``search``: and
+the listing's ``query=`` too); ``search=off`` turns it off, and a search then scans.
 
 Message JSON is kept as ``bytea``, byte for byte what the engine wrote. The
 session is kept as ``json`` (not ``jsonb``, which rewrites ``1e20`` as an
@@ -34,7 +35,8 @@ integer and refuses ``\\u0000``) beside the columns that are searched.
 
 The package, by concern: ``schema`` (tables and migrations), ``queries`` (the
 statements), ``pool`` (connections), ``wire`` (an append's statement through libpq's
-prepared calls), ``store`` (``PostgresStore``).
+prepared calls), ``search`` (the search index's statements and its fill), ``store``
+(``PostgresStore``).
 """
 
 from __future__ import annotations

@@ -218,20 +218,22 @@ def _inserts(s: str, one: bool, kept: bool, calls: bool, guarded: bool) -> str:
     if one:
         source = """(VALUES (%(seq)s::bigint, %(id)s::text, %(role)s::text, %(data)s::bytea,
                 %(tokens)s::integer, %(cum_before)s::bigint, %(cut_ok)s::boolean,
-                %(orphan)s::boolean, %(status)s::smallint, %(row_version)s::bigint)) AS b(
-                seq, id, role, data, tokens, cum_before, cut_ok, orphan, status, version)"""
+                %(orphan)s::boolean, %(status)s::smallint, %(row_version)s::bigint,
+                %(words)s::text)) AS b(
+                seq, id, role, data, tokens, cum_before, cut_ok, orphan, status, version,
+                words)"""
         data, calls_doc = "b.data", "%(calls)s::jsonb"
     else:
         source = """doc CROSS JOIN jsonb_to_recordset(doc.d -> 'r') AS b(
                 seq bigint, id text, role text, data text, tokens integer,
                 cum_before bigint, cut_ok boolean, orphan boolean, status smallint,
-                version bigint)"""
+                version bigint, words text)"""
         data, calls_doc = "decode(b.data, 'hex')", "(SELECT d -> 'c' FROM doc)"
     parts = [f"""
         added AS (
-            INSERT INTO {s}.messages (tenant, session_id, {_ROW})
+            INSERT INTO {s}.messages (tenant, session_id, {_ROW}, words)
             SELECT %(tenant)s, %(session_id)s, b.seq, b.id, b.role, {data},
-                b.tokens, b.cum_before, b.cut_ok, b.orphan, b.status, b.version
+                b.tokens, b.cum_before, b.cut_ok, b.orphan, b.status, b.version, b.words
             FROM {source}{where}
             RETURNING id, seq, version, role
         ), added_ids AS (
@@ -281,10 +283,12 @@ def session_params(session: Session) -> tuple[str, int, datetime | None, str, st
 _batch_encoder = msgspec.json.Encoder()
 
 
-def batch_json(rows: Sequence[Row], calls: Mapping[str, int]) -> str:
+def batch_json(rows: Sequence[Row], calls: Mapping[str, int],
+               words: Sequence[str | None]) -> str:
     """What an append writes besides its session, as the JSON document the insert
     statements unpack: ``r`` the rows (message JSON in hex: exact bytes whatever they
-    hold), ``c`` the calls."""
+    hold) with their ``words`` (``search.row_words``; None when the store keeps no
+    search index), ``c`` the calls."""
     for r in rows:
         refuse_nul(r.id)
         refuse_nul(r.role)
@@ -293,17 +297,19 @@ def batch_json(rows: Sequence[Row], calls: Mapping[str, int]) -> str:
     return _batch_encoder.encode({
         "r": [{"seq": r.seq, "id": r.id, "role": r.role, "data": r.data.hex(),
                "tokens": r.tokens, "cum_before": r.cum_before, "cut_ok": r.cut_ok,
-               "orphan": r.orphan, "status": r.status, "version": r.version} for r in rows],
+               "orphan": r.orphan, "status": r.status, "version": r.version,
+               "words": w} for r, w in zip(rows, words, strict=True)],
         "c": calls,
     }).decode()
 
 
-def rows_params(rows: Sequence[Row], calls: Mapping[str, int]) -> tuple[dict[str, Any], bool]:
+def rows_params(rows: Sequence[Row], calls: Mapping[str, int], words: Sequence[str | None]
+                ) -> tuple[dict[str, Any], bool]:
     """The parameters that carry an append's rows and calls to ``append_statement``,
     and whether they are ``one`` row's: a single row as plain parameters (its message
-    bytes sent as they are), more as ``batch_json``."""
+    bytes sent as they are), more as ``batch_json``; ``words`` as there."""
     if len(rows) != 1:
-        return {"batch": batch_json(rows, calls)}, False
+        return {"batch": batch_json(rows, calls, words)}, False
     (r,) = rows
     refuse_nul(r.id)
     refuse_nul(r.role)
@@ -312,6 +318,7 @@ def rows_params(rows: Sequence[Row], calls: Mapping[str, int]) -> tuple[dict[str
     return {"seq": r.seq, "id": r.id, "role": r.role, "data": r.data, "tokens": r.tokens,
             "cum_before": r.cum_before, "cut_ok": r.cut_ok, "orphan": r.orphan,
             "status": r.status, "row_version": r.version,
+            "words": words[0],
             "calls": _batch_encoder.encode(calls).decode() if calls else None}, True
 
 

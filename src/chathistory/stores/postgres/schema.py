@@ -11,6 +11,7 @@ import psycopg
 
 from ..model import SESSION_DECODER
 from ..regroup import regroup_spans
+from ..sqlite_search import WORDS_VERSION
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _PER_MESSAGE = ("messages", "message_ids", "calls")  # partitioned with partitions=N
@@ -168,6 +169,76 @@ def _m004_listing_indexes(conn: psycopg.Connection[Any], schema: str, partitions
                      "WHERE updated_iso >= ''")
 
 
+SEARCH_CONFIG = "simple"
+"""The text search configuration of a new schema's index: the words as the tokenizer
+cut them (``search.words``), no stemming and no stop words."""
+WORD_CHARS = 64
+"""A word longer than this is indexed (and looked up) by its first ``WORD_CHARS``
+characters; such a search checks its candidates' words in Python."""
+_CONFIG_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def check_config(config: str) -> str:
+    """``config`` when it names a text search configuration as this module writes it
+    into SQL (``ValueError`` otherwise; whether the server has it is checked apart)."""
+    if not isinstance(config, str) or not _CONFIG_NAME.fullmatch(config):
+        raise ValueError(f"search_config must match {_CONFIG_NAME.pattern} (got {config!r})")
+    return config
+
+
+def search_vector(config: str) -> str:
+    """The expression the search index holds for a ``messages`` row: its words
+    (``words``: distinct, sorted, space-separated, as the engine's tokenizer cut them)
+    and two markers, one of the row's session and one of its tenant. Only the tokenizer
+    makes words; the markers start with ``!``, which no word holds, so no query word can
+    match one (and sort before every word: the lexemes come sorted, which PostgreSQL's
+    sorts notice). With ``simple`` the words are the lexemes as they are (no parser, no
+    dictionary); another configuration (``english``) stems them and drops its stop
+    words. A search states this expression as it is here, or the index is not used."""
+    marks = "ARRAY['!s' || md5(md5(tenant) || session_id), '!t' || md5(tenant)]"
+    if check_config(config) == "simple":
+        return f"array_to_tsvector({marks} || string_to_array(words, ' '))"
+    return (f"(to_tsvector('{config}'::regconfig, words) "
+            f"|| array_to_tsvector({marks}))")
+
+
+def search_index_name(config: str) -> str:
+    return f"messages_search_{check_config(config)}"
+
+
+def create_search_index(config: str, schema: str, concurrently: bool = False) -> str:
+    """The statement creating the search index of ``config``: GIN over ``search_vector``,
+    rows with words only (``words`` NULL: not indexed yet, see ``messages_unindexed``).
+    GIN's pending list (``fastupdate``, on) takes an append's entries in one page write;
+    without it an append cost ~290 us more of the server's CPU (65 distinct words, each a
+    descent of the tree)."""
+    how = "CONCURRENTLY " if concurrently else ""
+    return (f"CREATE INDEX {how}{search_index_name(config)} ON {quote_schema(schema)}.messages "
+            f"USING gin (({search_vector(config)})) WHERE words IS NOT NULL")
+
+
+def _m005_search(conn: psycopg.Connection[Any], schema: str, partitions: int | None
+                 ) -> None:
+    """The search index (``search.py`` in this package): each message row's words
+    (``words``, NULL until they are written: rows of earlier releases, and rows a
+    ``search=off`` store writes), a GIN index over them, the rows still without words
+    (``messages_unindexed``: a tenant with any is searched by a scan; the fill walks
+    them), and ``search_index``: the index's configuration, the version of the words
+    its rows hold (``sqlite_search.WORDS_VERSION``: the engine's tokenizer) and where an
+    interrupted fill stopped. Adding the column rewrites nothing; both indexes start
+    empty."""
+    s = quote_schema(schema)
+    conn.execute(f"ALTER TABLE {s}.messages ADD COLUMN words text")
+    conn.execute(f"CREATE INDEX messages_unindexed ON {s}.messages (tenant, session_id, seq) "
+                 "WHERE words IS NULL")
+    conn.execute(create_search_index(SEARCH_CONFIG, schema))
+    conn.execute(f"CREATE TABLE {s}.search_index (one boolean PRIMARY KEY DEFAULT true "
+                 "CHECK (one), config text NOT NULL, words_version integer NOT NULL, "
+                 "fill_after json)")
+    conn.execute(f"INSERT INTO {s}.search_index (config, words_version) VALUES (%s, %s)",
+                 (SEARCH_CONFIG, WORDS_VERSION))
+
+
 MIGRATIONS: list[tuple[str, Callable[[psycopg.Connection[Any], str, int | None], None]]] = [
     ("m001_initial", _m001_initial),
     ("m002_updated_at", _m002_updated_at),
@@ -175,6 +246,8 @@ MIGRATIONS: list[tuple[str, Callable[[psycopg.Connection[Any], str, int | None],
     ("m003_regroup", _m003_regroup),
     # a session is found by its primary key, never by walking a listing index
     ("m004_listing_indexes", _m004_listing_indexes),
+    # word search: each row's words, a GIN index over them, the rows without
+    ("m005_search", _m005_search),
 ]
 """Named steps, applied in order, each in one transaction with its record."""
 

@@ -33,7 +33,8 @@ from .queries import (
     session_params,
     sessions_of,
 )
-from .schema import migrate, quote_schema
+from .schema import check_config, migrate, quote_schema
+from .search import IndexedSearch, Statements, row_words
 from .wire import Prepared, run_prepared
 
 T = TypeVar("T")
@@ -43,6 +44,8 @@ _OPTIMISTIC_TRIES = 1  # optimistic plans an append tries before it takes the ro
 _RACED_SECONDS = 2.0  # after a lost race, appends to that session take the row lock
 _WRITTEN_SESSIONS = 4096  # sessions kept as this process last appended to them
 _MISSED = object()
+_SWITCH = {"on": True, "true": True, "1": True, "yes": True,
+           "off": False, "false": False, "0": False, "no": False}
 
 
 @functools.lru_cache(maxsize=_WRITTEN_SESSIONS)
@@ -61,6 +64,7 @@ class _Txn:
         self.q, self.conn = store._q, conn
         self.key = (tenant, session_id)
         self.session = session
+        self.indexed = store.search_writes_words
 
     def existing(self, ids: Sequence[str]) -> dict[str, int]:
         cursor = self.conn.execute(self.q.existing, (list(ids), *self.key))
@@ -81,13 +85,18 @@ class _Txn:
                 conn.execute(q.insert_batch_for(any(r.role in KEPT_ROLES for r in rows),
                                                 bool(calls)),
                              {"tenant": key[0], "session_id": key[1],
-                              "batch": batch_json(rows, calls)})
+                              "batch": batch_json(rows, calls, _words(rows, self.indexed))})
             for sha in sorted(assets):  # one order everywhere: no deadlocks between appends
                 data, media_type = assets[sha]
                 conn.execute(q.keep_asset, (key[0], sha, media_type, data))
             if assets:
                 conn.execute(q.add_refs, (*key, sorted(assets)))
             conn.execute(q.save_session, (version, expires_at, updated, payload, *key))
+
+
+def _words(rows: Sequence[Row], indexed: bool) -> list[str | None]:
+    """Each row's ``messages.words``: None when the store keeps no search index."""
+    return [row_words(r.data) for r in rows] if indexed else [None] * len(rows)
 
 
 class _Planned(Exception):
@@ -121,7 +130,7 @@ class _OptimisticTxn(_Txn):
         assert self.session is not None
         self.updated = session
         _, version, expires_at, updated, payload = session_params(session)
-        params, one = rows_params(rows, calls)
+        params, one = rows_params(rows, calls, _words(rows, self.indexed))
         cleared = clear is not None and clear[0] < clear[1]
         self.statement = self.q.append_statement(
             one, cleared, any(r.role in KEPT_ROLES for r in rows), bool(calls))
@@ -137,7 +146,7 @@ class _OptimisticTxn(_Txn):
 
 
 
-class PostgresStore(BaseStore):
+class PostgresStore(IndexedSearch, BaseStore):
     """A store in a PostgreSQL schema (``postgresql://user@host/db?schema=chathistory``).
 
     ``schema`` is created and migrated on first use. ``partitions=N`` (at
@@ -146,20 +155,30 @@ class PostgresStore(BaseStore):
     ``pool_timeout``: how long a call waits for a pooled connection before it raises
     ``StoreUnavailable`` (the server is down, or every connection is busy). While the
     server is down the pool tries to reconnect every half second at most.
+    ``search=False`` (``?search=off``): messages are stored without their words and
+    searches scan (at most ``search_scan_limit`` rows); the rows it writes are not in
+    the index, so a store that keeps it scans their tenants too until
+    ``build_search_index`` has filled them. ``search_config``: the text search
+    configuration of the index (``simple``, the words as they are, for a new schema;
+    ``english`` stems them), None for the one the schema has (``search.py`` here).
     """
 
     def __init__(self, url: str, counter: str | TokenCounter | None = None, *,
                  schema: str = "chathistory", pool_size: int = 10,
                  partitions: int | None = None, drop_schema_on_close: bool = False,
-                 pool_timeout: float = 1.5) -> None:
+                 pool_timeout: float = 1.5, search: bool = True,
+                 search_config: str | None = None) -> None:
         super().__init__(counter)
         quote_schema(schema)
+        if search_config is not None:
+            check_config(search_config)
         if pool_size < 1:
             raise ValueError("pool_size must be at least 1")
         if partitions is not None and not 1 <= partitions <= 4096:
             raise ValueError("partitions must be between 1 and 4096")
         self.schema = schema
         self.partitions = partitions
+        self.search_indexed = bool(search)
         self._q = Queries(schema)
         self._drop_schema_on_close = drop_schema_on_close
         self._closed = False
@@ -169,6 +188,9 @@ class PostgresStore(BaseStore):
         # connect once first: an unreachable server raises its own error, promptly
         with psycopg.connect(url, **options) as conn:
             migrate(conn, schema, partitions)
+            self.search_config = _config_of(conn, schema, search_config)
+            self._search = Statements(schema, self.search_config)
+            self._open_search_index(conn)
         self._pool: ConnectionPool[psycopg.Connection[Any]] = Pool(
             url, min_size=1, max_size=pool_size, kwargs=options, open=False,
             name=f"chathistory-{schema}", configure=configure,
@@ -189,15 +211,19 @@ class PostgresStore(BaseStore):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresStore:
-        """A store for ``postgresql://...``; ``schema``, ``pool_size``, ``partitions``
-        may be given in the query string (other query parameters go to libpq);
-        keyword ``options`` win over the URL."""
+        """A store for ``postgresql://...``; ``schema``, ``pool_size``, ``partitions``,
+        ``search`` (``on``/``off``) and ``search_config`` may be given in the query string
+        (other query parameters go to libpq); keyword ``options`` win over the URL."""
         parts = urlsplit(url)
         ours: dict[str, Any] = {}
         rest = []
         for name, value in parse_qsl(parts.query, keep_blank_values=True):
-            if name == "schema":
+            if name in ("schema", "search_config"):
                 ours[name] = value
+            elif name == "search":
+                if value.lower() not in _SWITCH:
+                    raise ValueError(f"search must be on or off, not {value!r}")
+                ours[name] = _SWITCH[value.lower()]
             elif name in ("pool_size", "partitions"):
                 ours[name] = int(value)
             elif name == "pool_timeout":
@@ -520,3 +546,14 @@ class PostgresStore(BaseStore):
         stamp: datetime = self._execute("SELECT now()", ())[0][0]
         return stamp.astimezone(UTC)
 
+
+def _config_of(conn: psycopg.Connection[Any], schema: str, asked: str | None) -> str:
+    """The search configuration a store uses: ``asked`` (which the server must have), or
+    the one the schema's index has."""
+    if asked is None:
+        found = conn.execute(f"SELECT config FROM {quote_schema(schema)}.search_index"
+                             ).fetchone()
+        return str(found[0]) if found else "simple"
+    if conn.execute("SELECT 1 FROM pg_ts_config WHERE cfgname = %s", (asked,)).fetchone() is None:
+        raise ValueError(f"search_config: PostgreSQL has no text search configuration {asked!r}")
+    return asked

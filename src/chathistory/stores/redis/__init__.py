@@ -13,7 +13,9 @@ after (a failed save removes its own entry, unless the session has that time).
 A listing keeps only entries that match the session as stored.
 A search (``list_sessions(query=)``) reads the rows of each listed session
 (``HSCAN``, stopping at the first match): its cost grows with the messages of
-the sessions it passes over.
+the sessions it passes over. Word search (``search``) has no index either: it
+reads the tenant's newest messages, at most ``search_scan_limit`` of them
+(``search``: why no index, and the byte test that spares most rows a decode).
 An asset is written with its tenant reference before the append that uses it;
 garbage collection removes an asset only when, atomically in the tenant's slot,
 no reference of a live incarnation and epoch is left.
@@ -36,7 +38,8 @@ Replication is asynchronous; issue ``WAIT`` / ``WAITAOF`` (7.2+) yourself when a
 write must reach replicas before you acknowledge it.
 
 The package, by concern: ``keys`` (the key layout and how rows are packed),
-``scripts`` (the Lua scripts), ``store`` (``RedisStore``, its migrations).
+``scripts`` (the Lua scripts), ``search`` (the bounded scan behind ``search``),
+``store`` (``RedisStore``, its migrations).
 """
 
 from __future__ import annotations

@@ -73,6 +73,12 @@ def unpack_row(seq: int, value: bytes) -> Row:
                version)
 
 
+def unpack_data(value: bytes) -> bytes:
+    """The stored JSON of a packed row."""
+    data: bytes = _payload_decoder.decode(memoryview(value)[2:])[2]
+    return data
+
+
 class SessionKeys(NamedTuple):
     """The keys of one session, all in its slot."""
 

@@ -24,7 +24,6 @@ from . import scripts
 from .combine import ScriptCombiner
 from .keys import (
     PREFIX_PATTERN,
-    KeyLayout,
     SessionKeys,
     escape,
     index_member,
@@ -32,6 +31,7 @@ from .keys import (
     recent_member,
     unpack_row,
 )
+from .search import RedisSearch
 
 __all__ = ["RedisStore"]
 
@@ -140,7 +140,7 @@ class _Txn:
         return done
 
 
-class RedisStore(KeyLayout, BaseStore):
+class RedisStore(RedisSearch, BaseStore):
     """A store in Redis (``redis://host:port/db``) or Redis Cluster
     (``redis+cluster://host:port`` or ``?cluster=true``).
 
@@ -148,12 +148,15 @@ class RedisStore(KeyLayout, BaseStore):
     pattern); ``flush_prefix_on_close`` deletes its keys on ``close()`` (SCAN and
     DEL, never FLUSHDB), for tests. An unreachable server fails within
     ``socket_connect_timeout``, a silent one within ``socket_timeout``.
+    ``search`` (URL ``?search=off``) is accepted as the SQL stores accept it and
+    changes nothing: Redis has no search index to turn off, a search always scans
+    (at most ``search_scan_limit`` rows; ``search.py`` in this package).
     """
 
     def __init__(self, url: str, counter: str | TokenCounter | None = None, *,
                  prefix: str = "chathistory", flush_prefix_on_close: bool = False,
                  cluster: bool | None = None, socket_connect_timeout: float = 3.0,
-                 socket_timeout: float | None = 10.0) -> None:
+                 socket_timeout: float | None = 10.0, search: bool = True) -> None:
         super().__init__(counter)
         try:
             import redis
@@ -228,11 +231,18 @@ class RedisStore(KeyLayout, BaseStore):
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisStore:
         """A store for ``redis://``, ``rediss://``, ``redis+cluster://`` URLs; a
-        ``prefix=`` query parameter sets the key prefix."""
+        ``prefix=`` query parameter sets the key prefix, ``search=on|off`` is accepted
+        (and changes nothing, see the class)."""
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query))
+        if "search" in query:
+            value = query.pop("search")
+            if value not in ("on", "off"):
+                raise ValueError(f"search must be on or off, got {value!r}")
+            options.setdefault("search", value == "on")
         if "prefix" in query:
             options.setdefault("prefix", query.pop("prefix"))
+        if "search" in options or "prefix" in options:
             url = urlunsplit(parts._replace(query=urlencode(query)))
         return cls(url, **options)
 

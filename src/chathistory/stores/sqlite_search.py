@@ -1,0 +1,597 @@
+"""SQLite's search index (issue 22): an FTS5 table of every message's words, kept with
+the messages, scoped to the tenant by its very tokens.
+
+What is indexed is ``search.index_words`` of each row (the one tokenizer of every
+backend), each word prefixed with a token of the row's tenant (``tenant_prefix``: 12
+letters and digits from a SHA-256 of its name), in a contentless FTS5 table
+(``search_words``, ``tokenize='ascii'``: the words arrive folded, and the ascii
+tokenizer takes every non-ASCII character as a letter, so its tokens are exactly those
+words). A query's words get the caller's tenant prefix too, so a search can only match
+its own tenant's words (and its hits are joined on the tenant besides). A row's FTS
+rowid is ``num << 32 | seq``, ``num`` numbering sessions in ``search_sessions``: a
+session's rows are one rowid range, and the index stores no key text per message.
+
+An append does not tokenize: its transaction adds the rows' rowids to
+``search_pending``, and pending rows are indexed a batch at a time: by the store's
+indexer thread, which an append that leaves ``FLUSH_AT`` rows pending wakes (after its
+commit); by an append that finds ``BACKLOG`` pending (the indexer is behind: appends
+help, so the backlog stays bounded); and by every search before it reads the index, so
+a search sees every acknowledged message. (Tokenizing and writing FTS5 in each append's
+transaction measured three times the cost of the append; in batches it costs a third
+of that per message, and it runs beside the appends, not in them.) What
+removes rows (pop, clear, delete, erase, purge) takes them out of the index, or of the
+pending list, in its own transaction: FTS5's ``'delete'`` given the words recomputed
+from the row.
+
+``search_state`` says whether the index is used: ``ready``; ``building`` (filled in
+batches in key order: rows up to ``position`` are kept as in a ready index, later ones
+are left to the build); ``stale`` (no longer kept: a store opened with ``search=off``
+marks it so at its first write, and so does a process whose words are of another
+``WORDS_VERSION``). A stale index is emptied and built again.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, NamedTuple
+
+from .backend import Span
+from .model import MESSAGE_DECODER, Row
+from .search import WORDS_VERSION, Cursor, Query, indexed_words, rank_key, search_text, words
+
+__all__ = ["AUTO_BUILD_ROWS", "BACKLOG", "FLUSH_AT", "RANK_LIMIT", "SPAN_CANDIDATES",
+           "WORDS_VERSION", "IndexState", "IndexedSearch", "match_expression", "tenant_prefix"]
+
+log = logging.getLogger("chathistory.stores")
+
+FLUSH_AT = 128
+"""Pending rows that make an append wake the indexer thread (after its commit)."""
+BACKLOG = FLUSH_AT * 8
+"""Pending rows that make an append index them itself (the indexer thread is behind)."""
+AUTO_BUILD_ROWS = 20_000
+"""Opening a store builds a missing or stale index at once when at most this many rows
+are left to index (about a second); a larger one is built by ``build_search_index``
+(``chathistory migrate``), and searches scan until it is ready."""
+RANK_LIMIT = 10_000
+"""A search over the tenant ranks (BM25) at most this many matches: those of the
+sessions created last."""
+SPAN_CANDIDATES = 500
+"""A search within sessions ranks at most this many matches, shared between the
+sessions, each session's newest, by the reference score (``Query.score``: about 90 us
+a ShareGPT message in Python)."""
+BUILD_BATCH = 1_000
+
+_SEQ_BITS = 32
+_SEQ_MASK = (1 << _SEQ_BITS) - 1
+
+Progress = Callable[[int, int], None]
+"""``progress(done, total)``: rows indexed so far, and rows to index in all."""
+
+
+class IndexState(NamedTuple):
+    state: str
+    """``ready``, ``building`` or ``stale``."""
+    words: int
+    """The ``WORDS_VERSION`` the index was built with."""
+    position: tuple[str, str, int] | None
+    """While building: the last ``(tenant, session_id, seq)`` indexed."""
+    done: int
+    """While building: rows indexed so far."""
+
+    @property
+    def kept(self) -> bool:
+        """Whether this process keeps the index up to date (and uses it once ready)."""
+        return self.words == WORDS_VERSION and self.state in ("ready", "building")
+
+    @property
+    def usable(self) -> bool:
+        return self.words == WORDS_VERSION and self.state == "ready"
+
+    def covers(self, tenant: str, session_id: str, seq: int) -> bool:
+        """Whether the row is indexed (or pending), not left to the build. (SQLite's
+        BINARY text order is code point order, as Python's.)"""
+        return self.state == "ready" or (
+            self.position is not None and (tenant, session_id, seq) <= self.position)
+
+
+def tenant_prefix(tenant: str) -> str:
+    """The token every indexed word of ``tenant`` starts with: ``t`` and 11 base32
+    characters of the SHA-256 of its name (55 bits; hits are joined on the tenant as
+    well, so even a collision would find nothing of the other tenant)."""
+    digest = hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).digest()
+    return "t" + base64.b32encode(digest).decode("ascii")[:11].lower()
+
+
+def indexed_text(prefix: str, data: bytes) -> str:
+    """What the FTS5 table holds for a stored row: the words of ``index_words``, each
+    with the tenant's prefix."""
+    found = indexed_words(data)
+    return prefix + (" " + prefix).join(found) if found else ""
+
+
+def match_expression(prefix: str, query: Query) -> str:
+    """The FTS5 query: each term a quoted phrase of prefixed words (``"…" *`` for a
+    prefix term), all of them required. Words hold letters and digits only: nothing
+    in them is FTS5 syntax."""
+    phrases = []
+    for term in query.terms:
+        phrase = '"' + " ".join(prefix + w for w in term.words) + '"'
+        phrases.append(phrase + " *" if term.prefix else phrase)
+    return " AND ".join(phrases)
+
+
+def _rowid(num: int, seq: int) -> int:
+    return num << _SEQ_BITS | seq
+
+
+# ---------------------------------------------------------------- statements
+
+_STATE = "SELECT state, words, tenant, session_id, seq, done FROM search_state"
+_MARK_STALE = ("UPDATE search_state SET state = 'stale', tenant = NULL, session_id = NULL, "
+               "seq = NULL, done = 0")
+_NUM = "SELECT num FROM search_sessions WHERE tenant = ? AND session_id = ?"
+# an append's one read: the state, the session's number, and how many rows are pending
+_APPEND_STATE = (_STATE.replace(" FROM", ", (SELECT num FROM search_sessions WHERE "
+                                "tenant = ?1 AND session_id = ?2), (SELECT count(*) FROM "
+                                "search_pending) FROM"))
+_NEW_NUM = "INSERT INTO search_sessions (tenant, session_id) VALUES (?, ?) RETURNING num"
+_PEND = "INSERT OR IGNORE INTO search_pending (id) VALUES (?)"
+_INDEX = "INSERT INTO search_words (rowid, words) VALUES (?, ?)"
+_UNINDEX = "INSERT INTO search_words (search_words, rowid, words) VALUES ('delete', ?, ?)"
+# pending rows and what to index them by; a pending entry without its row (no path
+# leaves one) is dropped and logged
+_PENDING_ROWS = ("SELECT p.id, ss.tenant, m.data FROM search_pending AS p "
+                 "LEFT JOIN search_sessions AS ss ON ss.num = p.id >> 32 "
+                 "LEFT JOIN messages AS m ON m.tenant = ss.tenant "
+                 "AND m.session_id = ss.session_id AND m.seq = p.id & 4294967295 "
+                 "ORDER BY p.id LIMIT ?")
+_NEXT_ROWS = "SELECT tenant, session_id, seq, data FROM messages{after} ORDER BY " \
+             "tenant, session_id, seq LIMIT ?"
+_AFTER_POSITION = " WHERE (tenant, session_id, seq) > (?, ?, ?)"
+
+# A search over the tenant: the RANK_LIMIT newest matches (an FTS5 rowid range read
+# backward), ranked by BM25 (higher is better), the tenant joined, keyset-paged.
+_CANDIDATES = ("SELECT search_words.rowid AS rid, -bm25(search_words) AS score "
+               "FROM search_words{user_join} WHERE search_words MATCH :match{user} "
+               "ORDER BY search_words.rowid DESC LIMIT :candidates")
+_USER_JOIN = (" CROSS JOIN search_sessions AS us ON us.num = search_words.rowid >> 32 "
+              "CROSS JOIN sessions AS se ON se.tenant = us.tenant AND se.id = us.session_id")
+_USER = " AND us.tenant = :tenant AND se.user = :user"
+_RANKED = ("WITH cand AS MATERIALIZED ({candidates}), ranked AS (SELECT c.score AS score, "
+           "ss.session_id AS sid, c.rid & 4294967295 AS seq FROM cand AS c "
+           "JOIN search_sessions AS ss ON ss.num = c.rid >> 32 WHERE ss.tenant = :tenant"
+           "{after} ORDER BY c.score DESC, ss.session_id, seq LIMIT :limit) "
+           "SELECT r.score, r.sid, {row} FROM ranked AS r CROSS JOIN messages AS m "
+           "ON m.tenant = :tenant AND m.session_id = r.sid AND m.seq = r.seq "
+           "ORDER BY r.score DESC, r.sid, r.seq")
+_AFTER = (" AND (c.score < :score OR (c.score = :score AND "
+          "(ss.session_id, c.rid & 4294967295) > (:session_id, :seq)))")
+# within sessions: each session's newest matches, one rowid range each
+_IN_RANGE = ("SELECT rowid FROM search_words WHERE search_words MATCH :match AND "
+             "rowid >= :lo AND rowid < :hi ORDER BY rowid DESC LIMIT :candidates")
+_NUMS = ("SELECT ss.session_id, ss.num FROM json_each(:ids) AS j CROSS JOIN "
+         "search_sessions AS ss ON ss.tenant = :tenant AND ss.session_id = j.value")
+_USERS = ("SELECT se.id FROM json_each(:ids) AS j CROSS JOIN sessions AS se "
+          "ON se.tenant = :tenant AND se.id = j.value WHERE se.user = :user")
+# A prefix term costs FTS5 a read of every word it begins, once per cursor (a "pyth*"
+# over a million messages: 3 ms), so a query with one reads many sessions through one
+# cursor over their rowids, joined to them; other queries probe each session's range.
+_SPANS_TABLE = ("WITH sp(num, lo, hi) AS MATERIALIZED (SELECT json_extract(j.value, '$[0]'), "
+                "json_extract(j.value, '$[1]'), json_extract(j.value, '$[2]') FROM "
+                "json_each(:spans) AS j) ")
+_IN_SPANS = (_SPANS_TABLE + "SELECT {what} FROM search_words CROSS JOIN sp "
+             "ON sp.num = search_words.rowid >> 32 WHERE search_words MATCH :match "
+             "AND search_words.rowid >= :lo AND search_words.rowid < :hi "
+             "AND search_words.rowid & 4294967295 >= sp.lo "
+             "AND search_words.rowid & 4294967295 < sp.hi "
+             "ORDER BY search_words.rowid DESC LIMIT :candidates")
+# sessions with a match: a rowid range probe each; over the tenant, the distinct
+# sessions of the newest matches (one cursor)
+_SESSIONS_MATCHING = (_NUMS + " WHERE EXISTS (SELECT 1 FROM search_words WHERE "
+                      "search_words MATCH :match AND rowid >= ss.num << 32 "
+                      "AND rowid < (ss.num + 1) << 32) LIMIT :limit")
+_NEWEST_SESSIONS = ("SELECT DISTINCT search_words.rowid >> 32 FROM search_words WHERE "
+                    "search_words MATCH :match ORDER BY search_words.rowid DESC LIMIT :limit")
+_SESSION_IDS = ("SELECT ss.num, ss.session_id FROM json_each(:nums) AS j CROSS JOIN "
+                "search_sessions AS ss ON ss.num = j.value WHERE ss.tenant = :tenant")
+
+
+# ---------------------------------------------------------------- in a write transaction
+
+def _state(state: str, words: int, tenant: str | None, session_id: str, seq: int,
+           done: int) -> IndexState:
+    return IndexState(state, words, None if tenant is None else (tenant, session_id, seq),
+                      done)
+
+
+def read_state(conn: sqlite3.Connection) -> IndexState:
+    return _state(*conn.execute(_STATE).fetchone())
+
+
+def _session_num(conn: sqlite3.Connection, tenant: str, session_id: str, *,
+                 create: bool) -> int | None:
+    found = conn.execute(_NUM, (tenant, session_id)).fetchone()
+    if found is not None:
+        return int(found[0])
+    if not create:
+        return None
+    return int(conn.execute(_NEW_NUM, (tenant, session_id)).fetchone()[0])
+
+
+def _mark_stale(conn: sqlite3.Connection, state: IndexState) -> None:
+    if state.state != "stale":
+        conn.execute(_MARK_STALE)
+
+
+def note_appended(conn: sqlite3.Connection, keep: bool, tenant: str, session_id: str,
+                  rows: Sequence[Row]) -> int:
+    """In an append's transaction: the rows join the pending list (when the index is
+    kept and covers them); returns how many rows are pending then (0 if none was
+    added). A store that does not keep the index (``keep`` False) marks it stale."""
+    *found, num, pending = conn.execute(_APPEND_STATE, (tenant, session_id)).fetchone()
+    state = _state(*found)
+    if not keep or not state.kept:
+        _mark_stale(conn, state)
+        return 0
+    seqs = [r.seq for r in rows if state.covers(tenant, session_id, r.seq)]
+    if not seqs:
+        return 0
+    if num is None:
+        num = _session_num(conn, tenant, session_id, create=True)
+    conn.executemany(_PEND, [(_rowid(num, seq),) for seq in seqs])
+    return int(pending) + len(seqs)
+
+
+def unindex(conn: sqlite3.Connection, keep: bool, tenant: str, session_id: str,
+            from_seq: int, *, forget: bool) -> None:
+    """In the transaction that deletes the session's rows from ``from_seq`` on, before
+    it does: take them out of the index or of the pending list. ``forget``: the session
+    goes, and its number with it."""
+    state = read_state(conn)
+    if not keep or not state.kept:
+        _mark_stale(conn, state)
+        return
+    num = _session_num(conn, tenant, session_id, create=False)
+    if num is None:
+        return  # none of its rows was ever indexed
+    pending = {at for (at,) in conn.execute(
+        "DELETE FROM search_pending WHERE id >= ? AND id < ? RETURNING id",
+        (_rowid(num, from_seq), _rowid(num + 1, 0))).fetchall()}
+    prefix = tenant_prefix(tenant)
+    gone = []
+    for seq, data in conn.execute("SELECT seq, data FROM messages WHERE tenant = ? "
+                                  "AND session_id = ? AND seq >= ?",
+                                  (tenant, session_id, from_seq)).fetchall():
+        at = _rowid(num, seq)
+        if at not in pending and state.covers(tenant, session_id, seq):
+            text = indexed_text(prefix, data)
+            if text:
+                gone.append((at, text))
+    conn.executemany(_UNINDEX, gone)
+    if forget:
+        conn.execute("DELETE FROM search_sessions WHERE num = ?", (num,))
+
+
+def pending_texts(found: Sequence[tuple[int, str | None, bytes | None]]
+                  ) -> dict[int, tuple[bytes, str]]:
+    """``_PENDING_ROWS``' rows, each row's rowid -> its data and what to index it by."""
+    prefixes: dict[str, str] = {}
+    out = {}
+    for at, tenant, data in found:
+        if tenant is not None and data is not None:
+            prefix = prefixes.get(tenant) or prefixes.setdefault(tenant, tenant_prefix(tenant))
+            out[at] = (data, indexed_text(prefix, data))
+    return out
+
+
+def flush(conn: sqlite3.Connection, limit: int,
+          prepared: Mapping[int, tuple[bytes, str]] | None = None) -> int:
+    """In a write transaction: index up to ``limit`` pending rows, lowest rowid first;
+    ``prepared`` (``pending_texts``, made before the transaction, so that the words are
+    cut without holding the write lock) serves each row whose data it has unchanged.
+    Returns how many pending entries it took (0: none was left)."""
+    if not read_state(conn).kept:
+        return 0
+    found = conn.execute(_PENDING_ROWS, (limit,)).fetchall()
+    if not found:
+        return 0
+    prepared = prepared or {}
+    fresh = pending_texts([row for row in found if prepared.get(row[0], (None,))[0] != row[2]])
+    docs = []
+    for at, _tenant, data in found:
+        if data is None:
+            log.warning("search index: pending row %d has no message; dropped", at)
+            continue
+        _data, text = fresh.get(at) or prepared[at]
+        if text:
+            docs.append((at, text))
+    conn.executemany(_INDEX, docs)
+    conn.execute("DELETE FROM search_pending WHERE id <= ?", (found[-1][0],))
+    return len(found)
+
+
+def build_step(conn: sqlite3.Connection, batch: int) -> IndexState:
+    """In a write transaction, one step of building the index: one that is not kept
+    (stale, or of another ``WORDS_VERSION``) is emptied first; then the next ``batch``
+    rows in key order after the position are indexed and the position moves past them.
+    Returns the state after the step (``ready`` once no row is left)."""
+    state = read_state(conn)
+    if state.usable:
+        return state
+    if not state.kept:
+        conn.execute("INSERT INTO search_words (search_words) VALUES ('delete-all')")
+        conn.execute("DELETE FROM search_pending")
+        conn.execute("DELETE FROM search_sessions")
+        conn.execute(_MARK_STALE.replace("'stale'", "'building'") + ", words = ?",
+                     (WORDS_VERSION,))
+        state = read_state(conn)
+    if state.position is None:
+        rows = conn.execute(_NEXT_ROWS.format(after=""), (batch,)).fetchall()
+    else:
+        rows = conn.execute(_NEXT_ROWS.format(after=_AFTER_POSITION),
+                            (*state.position, batch)).fetchall()
+    nums: dict[tuple[str, str], int] = {}
+    docs = []
+    for tenant, session_id, seq, data in rows:
+        num = nums.get((tenant, session_id))
+        if num is None:
+            num = _session_num(conn, tenant, session_id, create=True)
+            assert num is not None
+            nums[(tenant, session_id)] = num
+        text = indexed_text(tenant_prefix(tenant), data)
+        if text:
+            docs.append((_rowid(num, seq), text))
+    conn.executemany(_INDEX, docs)
+    if len(rows) < batch:
+        conn.execute("UPDATE search_state SET state = 'ready', tenant = NULL, "
+                     "session_id = NULL, seq = NULL, done = done + ?", (len(rows),))
+    else:
+        tenant, session_id, seq, _data = rows[-1]
+        conn.execute("UPDATE search_state SET tenant = ?, session_id = ?, seq = ?, "
+                     "done = done + ?", (tenant, session_id, seq, len(rows)))
+    return read_state(conn)
+
+
+# ---------------------------------------------------------------- the store's side
+
+class IndexedSearch:
+    """``SQLiteStore``'s search primitives over the index (``_b_search``,
+    ``_b_search_sessions``) and its upkeep (``build_search_index``)."""
+
+    search_indexed: bool
+    """Whether this store keeps and uses the index (its ``search`` option)."""
+
+    def atomic(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError
+
+    def _fetch(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
+        raise NotImplementedError
+
+    def _rows_at(self, tenant: str, session_id: str, seqs: Sequence[int]) -> list[Row]:
+        """The session's rows at these positions, ascending."""
+        raise NotImplementedError
+
+    def _fetch_keyed_rows(self, sql: str, params: Mapping[str, Any], keys: int
+                          ) -> list[tuple[Any, ...]]:
+        """``sql``'s results: ``keys`` leading values, then a ``Row`` made of the
+        ``row_columns`` the statement selects after them."""
+        raise NotImplementedError
+
+    row_columns: str
+    """The columns of a ``Row``, of the messages table aliased ``m``."""
+
+    # ------------------------------------------------------------ upkeep
+
+    def search_index_state(self) -> IndexState:
+        """The index's state as stored (``ready``, ``building`` with its position and
+        rows done, ``stale``)."""
+        state, words, tenant, session_id, seq, done = self._fetch(_STATE, ())[0]
+        return IndexState(state, words, None if tenant is None else (tenant, session_id, seq),
+                          done)
+
+    def build_search_index(self, *, batch: int | None = None,
+                           progress: Progress | None = None) -> int:
+        """Build the search index, ``batch`` rows per transaction (``BUILD_BATCH``),
+        calling ``progress(done, total)`` after each; resumes where a build stopped (its
+        position is stored with each batch), and empties a stale index first. Returns
+        the rows indexed by this call. Searches scan until it is done."""
+        if not self.search_indexed:
+            raise ValueError("this store was opened with search=off: it does not keep "
+                             "a search index")
+        batch = BUILD_BATCH if batch is None else batch
+        if batch < 1:
+            raise ValueError("batch must be >= 1")
+        state = self.search_index_state()
+        if state.usable:
+            return 0
+        start = state.done if state.kept else 0
+        total = start + self._rows_to_index(state, None)
+        while True:
+            with self.atomic() as conn:
+                state = build_step(conn, batch)
+            if progress is not None:
+                progress(state.done, total)
+            if state.state == "ready":
+                return state.done - start
+
+    def _rows_to_index(self, state: IndexState, at_most: int | None) -> int:
+        """Rows the build has still to index (all of them for an index not kept)."""
+        position = state.position if state.kept else None
+        after = "" if position is None else _AFTER_POSITION
+        found = self._fetch(f"SELECT count(*) FROM (SELECT 1 FROM messages{after} LIMIT ?)",
+                            (*(position or ()), -1 if at_most is None else at_most))
+        return int(found[0][0])
+
+    def _flush_pending(self, stop: Callable[[], bool] | None = None) -> None:
+        """Index every pending row (until ``stop()``), ``FLUSH_AT * 4`` per transaction,
+        their words cut before it (from the last commit; ``flush`` checks the data)."""
+        batch = FLUSH_AT * 4
+        while stop is None or not stop():
+            prepared = pending_texts(self._fetch(_PENDING_ROWS, (batch,)))
+            with self.atomic() as conn:
+                if flush(conn, batch, prepared) < batch:
+                    return
+
+    # ------------------------------------------------------------ the indexer thread
+
+    def _init_indexer(self) -> None:
+        self._indexer: threading.Thread | None = None
+        self._indexer_lock = threading.Lock()
+        self._indexer_wake = threading.Event()
+        self._indexer_stop = False
+
+    def _after_append(self, pending: int) -> None:
+        """After an append's commit that left ``pending`` rows to index."""
+        if pending >= BACKLOG:
+            self._flush_pending()
+        elif pending >= FLUSH_AT:
+            with self._indexer_lock:
+                if self._indexer_stop:
+                    return
+                if self._indexer is None:
+                    self._indexer = threading.Thread(target=self._index_pending,
+                                                     name="chathistory-search-index",
+                                                     daemon=True)
+                    self._indexer.start()
+            self._indexer_wake.set()
+
+    def _index_pending(self) -> None:
+        """The indexer thread: index the pending rows whenever an append asks."""
+        while True:
+            self._indexer_wake.wait()
+            self._indexer_wake.clear()
+            if self._indexer_stop:
+                return
+            try:
+                self._flush_pending(lambda: self._indexer_stop)
+            except Exception:  # the rows stay pending: the next batch or search retries
+                log.exception("search index: indexing the pending rows failed")
+
+    def _stop_indexer(self) -> None:
+        """Stop the indexer thread (after its current transaction)."""
+        with self._indexer_lock:
+            self._indexer_stop = True
+            thread = self._indexer
+        self._indexer_wake.set()
+        if thread is not None:
+            thread.join()
+
+    def _ready_index(self) -> bool:
+        """Whether searches use the index: kept by this store, ready, and with every
+        pending row indexed first (a search sees every acknowledged message)."""
+        if not self.search_indexed:
+            return False
+        found = self._fetch("SELECT state, words, EXISTS (SELECT 1 FROM search_pending) "
+                            "FROM search_state", ())
+        state, words, pending = found[0]
+        if state != "ready" or words != WORDS_VERSION:
+            return False
+        if pending:
+            self._flush_pending()
+        return True
+
+    # ------------------------------------------------------------ the primitives
+
+    def _b_search(self, tenant: str, query: Query, spans: Sequence[Span] | None,
+                  user: str | None, after: Cursor | None, limit: int
+                  ) -> list[tuple[float, str, int, Row]] | None:
+        if not self._ready_index():
+            return None
+        match = match_expression(tenant_prefix(tenant), query)
+        if spans is not None:
+            return self._indexed_in_spans(tenant, query, match, spans, user, after, limit)
+        params: dict[str, Any] = {"match": match, "tenant": tenant, "user": user,
+                                  "candidates": RANK_LIMIT, "limit": limit}
+        candidates = _CANDIDATES.format(user_join=_USER_JOIN if user is not None else "",
+                                        user=_USER if user is not None else "")
+        if after is not None:
+            params.update(score=after[0], session_id=after[1], seq=after[2])
+        sql = _RANKED.format(candidates=candidates, after=_AFTER if after is not None else "",
+                             row=self.row_columns)
+        return [(score, sid, row.seq, row)
+                for score, sid, row in self._fetch_keyed_rows(sql, params, 2)]
+
+    def _indexed_in_spans(self, tenant: str, query: Query, match: str, spans: Sequence[Span],
+                          user: str | None, after: Cursor | None, limit: int
+                          ) -> list[tuple[float, str, int, Row]]:
+        """Within sessions: the newest matches of each (``SPAN_CANDIDATES`` in all),
+        read and ranked by the reference score. (BM25 reads every match of each word to
+        count them, once per rowid range: a page of 50 sessions, 50 times.)"""
+        ids = json.dumps(sorted({sid for sid, _lo, _hi in spans}))
+        nums = dict(self._fetch(_NUMS, {"ids": ids, "tenant": tenant}))
+        if user is not None:
+            mine = {sid for (sid,) in self._fetch(_USERS, {"ids": ids, "tenant": tenant,
+                                                           "user": user})}
+            nums = {sid: num for sid, num in nums.items() if sid in mine}
+        ranges = [(nums[sid], lo, hi) for sid, lo, hi in spans if sid in nums and lo < hi]
+        if not ranges:
+            return []
+        hits: list[int] = []
+        if any(term.prefix for term in query.terms):
+            hits = [at for (at,) in self._fetch(
+                _IN_SPANS.format(what="search_words.rowid"), self._spans_params(
+                    match, ranges, SPAN_CANDIDATES))]
+        else:
+            each = max(1, SPAN_CANDIDATES // len(ranges))
+            for num, lo, hi in ranges:
+                hits.extend(at for (at,) in self._fetch(_IN_RANGE, {
+                    "match": match, "lo": _rowid(num, lo), "hi": _rowid(num, hi),
+                    "candidates": each}))
+        by_num: dict[int, list[int]] = {}
+        for at in hits:
+            by_num.setdefault(at >> _SEQ_BITS, []).append(at & _SEQ_MASK)
+        sessions = {num: sid for sid, num in nums.items()}
+        found: list[tuple[float, str, int, Row]] = []
+        for num, seqs in by_num.items():
+            sid = sessions[num]
+            found.extend(_scored(query, sid, self._rows_at(tenant, sid, sorted(seqs))))
+        mark = None if after is None else rank_key((*after, None))
+        return sorted((f for f in found if mark is None or rank_key(f) > mark),
+                      key=rank_key)[:limit]
+
+    @staticmethod
+    def _spans_params(match: str, ranges: Sequence[tuple[int, int, int]], candidates: int
+                      ) -> dict[str, Any]:
+        return {"spans": json.dumps(ranges), "match": match, "candidates": candidates,
+                "lo": min(_rowid(num, lo) for num, lo, _hi in ranges),
+                "hi": max(_rowid(num, hi) for num, _lo, hi in ranges)}
+
+    def _b_search_sessions(self, tenant: str, query: Query, session_ids: Sequence[str] | None,
+                           limit: int) -> set[str] | None:
+        if not self._ready_index():
+            return None
+        match = match_expression(tenant_prefix(tenant), query)
+        if session_ids is None:
+            found = self._fetch(_NEWEST_SESSIONS, {"match": match, "limit": limit})
+        elif any(term.prefix for term in query.terms):
+            nums = self._fetch(_NUMS, {"ids": json.dumps(list(session_ids)), "tenant": tenant})
+            if not nums:
+                return set()
+            found = self._fetch(
+                "SELECT DISTINCT num FROM (" + _IN_SPANS.format(what="sp.num") + ") LIMIT :limit",
+                {**self._spans_params(match, [(num, 0, _SEQ_MASK) for _sid, num in nums], -1),
+                 "limit": limit})
+        else:
+            return {sid for sid, _num in self._fetch(_SESSIONS_MATCHING, {
+                "ids": json.dumps(list(session_ids)), "tenant": tenant, "match": match,
+                "limit": limit})}
+        if not found:
+            return set()
+        return {sid for _num, sid in self._fetch(_SESSION_IDS, {
+            "nums": json.dumps([num for (num,) in found]), "tenant": tenant})}
+
+def _scored(query: Query, session_id: str, rows: Sequence[Row]
+            ) -> Iterator[tuple[float, str, int, Row]]:
+    """The rows that ``query`` matches (the reference, ``Query.matches``: the index
+    found them; this holds if it ever held a word too many), with the reference score."""
+    for row in rows:
+        found = words(search_text(MESSAGE_DECODER.decode(row.data)))
+        if query.matches(found):
+            yield query.score(found), session_id, row.seq, row

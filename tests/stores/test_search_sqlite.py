@@ -1,0 +1,574 @@
+"""SQLite's search index (issue 22, ``sqlite_search.py``): searches are answered by the
+FTS5 index (the scan is never reached), find what the reference finds, never leave the
+tenant even when two tenants' prefixes collide, and the index holds exactly the words
+of the stored rows after every path that writes or removes rows; ``search=off``, a
+stale index, and the resumable build of an existing database."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shutil
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chathistory.cli import main
+from chathistory.errors import Conflict
+from chathistory.model import Message, ToolCall, ToolResult
+from chathistory.model.parts import AudioPart, FilePart, Reasoning, TextPart
+from chathistory.stores import search, sqlite_search
+from chathistory.stores import sqlite as sqlite_module
+from chathistory.stores.search import index_words, parse_query, words
+from chathistory.stores.sqlite import SQLiteStore
+
+Content = set[tuple[int, str, int]]
+GOLDEN = Path(__file__).parent.parent / "golden" / "sqlite_0_1_0.db"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    s = SQLiteStore(tmp_path / "search.db", counter="approx")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _no_scan(monkeypatch: pytest.MonkeyPatch, store: SQLiteStore) -> None:
+    """Make reading rows to search them fail: only the index may answer."""
+    def refuse(*args: object, **kwargs: object) -> Any:
+        raise AssertionError("the search scanned rows")
+
+    monkeypatch.setattr(store, "_scan_search", refuse)
+
+
+def index_content(store: SQLiteStore) -> Content:
+    """``(rowid, token, position)`` of every word in the FTS5 table."""
+    conn = store._conn
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.search_vocab "
+                 "USING fts5vocab(main, search_words, instance)")
+    return set(conn.execute("SELECT doc, term, offset FROM temp.search_vocab").fetchall())
+
+
+def expected_content(store: SQLiteStore) -> Content:
+    """What the index must hold: every stored row that is not pending, its words with
+    its tenant's prefix, at their positions."""
+    conn = store._conn
+    pending = {at for (at,) in conn.execute("SELECT id FROM search_pending")}
+    out: Content = set()
+    for tenant, session_id, seq, data, num in conn.execute(
+            "SELECT m.tenant, m.session_id, m.seq, m.data, ss.num FROM messages AS m LEFT JOIN "
+            "search_sessions AS ss ON ss.tenant = m.tenant AND ss.session_id = m.session_id"):
+        assert num is not None, (tenant, session_id, seq)
+        at = num << 32 | seq
+        if at in pending:
+            continue
+        prefix = sqlite_search.tenant_prefix(tenant)
+        found = index_words(data)
+        out.update((at, prefix + w, k) for k, w in enumerate(found.split(" ") if found else ()))
+    return out
+
+
+def assert_index_matches_rows(store: SQLiteStore) -> None:
+    with store._lock:  # between the indexer thread's transactions
+        assert index_content(store) == expected_content(store)
+        docs = store._conn.execute("SELECT count(*) FROM search_words_docsize").fetchone()[0]
+        assert docs == len({at for at, _t, _k in index_content(store)})
+        store._conn.execute("INSERT INTO search_words (search_words) VALUES ('integrity-check')")
+
+
+def pending(store: SQLiteStore) -> int:
+    return int(store._fetch("SELECT count(*) FROM search_pending", ())[0][0])
+
+
+# ---------------------------------------------------------------- the index answers
+
+
+def test_the_index_answers_without_a_scan(store: SQLiteStore,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    store.create_session("a", user="ann")
+    store.create_session("b", user="bob")
+    store.append("a", [Message.user("the Café opens at nine"),
+                       Message.assistant("naïve question about the café")])
+    store.append("b", [Message.user("a café in Lisbon"), Message.assistant("nothing here")])
+    _no_scan(monkeypatch, store)
+    parsed = parse_query("cafe")
+    assert store._b_search("default", parsed, None, None, None, 10) is not None
+    assert store._b_search_sessions("default", parsed, None, 10) == {"a", "b"}
+    assert store._b_search_sessions("default", parsed, ["b", "nope"], 10) == {"b"}
+    page = store.search("cafe")
+    assert page.scanned is None
+    assert {(h.session_id, h.seq) for h in page.items} == {("a", 0), ("a", 1), ("b", 0)}
+    assert [h.score for h in page.items] == sorted((h.score for h in page.items), reverse=True)
+    assert {h.session_id for h in store.search("cafe", user="bob").items} == {"b"}
+    assert [h.seq for h in store.search('"about the cafe"', session_id="a").items] == [1]
+    assert [h.seq for h in store.search("caf* nine").items] == [0]
+    hit = store.search("lisbon").items[0]
+    assert hit.snippet[slice(*hit.marks[0])] == "Lisbon"
+    with monkeypatch.context() as m:  # sessions_matching never reads rows either
+        m.setattr(store, "_b_rows", lambda *a: pytest.fail("rows read"))
+        assert store.sessions_matching("default", parsed, ["a", "b"]) == {"a", "b"}
+
+
+def test_pages_follow_the_ranking_without_loss(store: SQLiteStore,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    for s in range(5):
+        store.create_session(f"s{s}")
+        store.append(f"s{s}", [Message.user("kiwi " * (1 + (s * 7 + k) % 5) + "filler " * k)
+                               for k in range(9)])
+    _no_scan(monkeypatch, store)
+    for within in (None, "s3"):
+        everything = store.search("kiwi", limit=100, session_id=within).items
+        seen, cursor = [], None
+        while True:
+            page = store.search("kiwi", limit=4, cursor=cursor, session_id=within)
+            seen.extend((h.session_id, h.seq) for h in page.items)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        assert seen == [(h.session_id, h.seq) for h in everything]
+        assert len(seen) == (45 if within is None else 9)
+
+
+_WORDS = st.sampled_from(["alpha", "alps", "Alpha", "café", "cafe", "CAFÉ", "x1", "2024",
+                          "über", "naïve", "東京", "ﬁle", "file", "tool_call", "e\u0301t"])
+_SEPARATORS = st.sampled_from([" ", "  ", ", ", "\n", "-", "_", "!", "'", "·"])
+
+
+@st.composite
+def _texts(draw: st.DrawFn) -> str:
+    parts = draw(st.lists(st.tuples(_WORDS, _SEPARATORS), min_size=1, max_size=8))
+    return "".join(w + sep for w, sep in parts)
+
+
+@st.composite
+def _queries(draw: st.DrawFn) -> str:
+    terms = draw(st.lists(st.one_of(
+        _WORDS, _WORDS.map(lambda w: w[:2] + "*"),
+        st.tuples(_WORDS, _WORDS).map(lambda p: f'"{p[0]} {p[1]}"')), min_size=1, max_size=3))
+    return " ".join(terms)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SQLiteStore]:
+    s = SQLiteStore(tmp_path_factory.mktemp("prop") / "p.db", counter="approx")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts=st.lists(_texts(), min_size=1, max_size=12), queries=st.lists(_queries(),
+                                                                         min_size=1, max_size=4))
+def test_the_index_finds_what_the_reference_finds(shared: SQLiteStore, texts: list[str],
+                                                  queries: list[str]) -> None:
+    tenant = uuid.uuid4().hex  # a fresh tenant: every example also checks isolation
+    shared.create_session("s", tenant=tenant)
+    shared.create_session("t", tenant=tenant)
+    shared.append("s", [Message.user(t) for t in texts[::2]], tenant=tenant)
+    shared.append("t", [Message.user(t) for t in texts[1::2]], tenant=tenant)
+    stored = {("s", k): t for k, t in enumerate(texts[::2])}
+    stored.update({("t", k): t for k, t in enumerate(texts[1::2])})
+    for q in queries:
+        parsed = parse_query(q)
+        found = shared._b_search(tenant, parsed, None, None, None, 100)
+        assert found is not None
+        expected = {key for key, text in stored.items() if parsed.matches(words(text))}
+        assert {(sid, seq) for _score, sid, seq, _row in found} == expected, q
+        in_spans = shared._b_search(tenant, parsed, [("s", 0, 99), ("t", 0, 99)], None, None, 100)
+        assert in_spans is not None
+        assert {(sid, seq) for _score, sid, seq, _row in in_spans} == expected, q
+        sessions = {s for s, _k in expected}
+        assert shared._b_search_sessions(tenant, parsed, None, 10) == sessions
+        assert shared._b_search_sessions(tenant, parsed, ["t", "s", "none"], 10) == sessions
+
+
+# ---------------------------------------------------------------- the tenant
+
+
+def test_tokens_carry_the_tenant(store: SQLiteStore) -> None:
+    prefixes = {sqlite_search.tenant_prefix(t) for t in ("a", "b", "default", "ü", "")}
+    assert len(prefixes) == 5
+    assert all(len(p) == 12 and p.isascii() and p.isalnum() and p == p.lower()
+               for p in prefixes)
+    store.create_session("x", tenant="t1")
+    store.create_session("x", tenant="t2")
+    store.append("x", [Message.user("zebra one")], tenant="t1")
+    store.append("x", [Message.user("zebra two")], tenant="t2")
+    store.search("flush", tenant="t1")
+    tokens = {term for _at, term, _k in index_content(store)}
+    one, two = sqlite_search.tenant_prefix("t1"), sqlite_search.tenant_prefix("t2")
+    assert tokens == {one + "zebra", one + "one", two + "zebra", two + "two"}
+    expression = sqlite_search.match_expression(one, parse_query('zeb* "a b" c'))
+    assert expression == f'"{one}zeb" * AND "{one}a {one}b" AND "{one}c"'
+
+
+def test_a_search_never_leaves_its_tenant_even_when_prefixes_collide(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tenant is also in the join: tenants whose tokens were the same still see
+    only their own rows."""
+    monkeypatch.setattr(sqlite_search, "tenant_prefix", lambda tenant: "tsameforall0")
+    store = SQLiteStore(tmp_path / "c.db", counter="approx")
+    for tenant in ("t1", "t2"):
+        store.create_session("same", tenant=tenant, user="u")
+        store.create_session(f"own-{tenant}", tenant=tenant, user="u")
+        store.append("same", [Message.user(f"okapi of {tenant}")], tenant=tenant)
+        store.append(f"own-{tenant}", [Message.user(f"okapi alone {tenant}")], tenant=tenant)
+    _no_scan(monkeypatch, store)
+    for tenant, other in (("t1", "t2"), ("t2", "t1")):
+        for user in (None, "u"):
+            texts = {h.message.text for h in store.search("okapi", tenant=tenant,
+                                                          user=user).items}
+            assert texts == {f"okapi of {tenant}", f"okapi alone {tenant}"}
+        assert [h.message.text for h in store.search("okapi", tenant=tenant,
+                                                     session_id="same").items] == [
+            f"okapi of {tenant}"]
+        for word in ("okapi", "oka*"):  # a prefix term takes other statements
+            assert store._b_search_sessions(tenant, parse_query(word), None, 10) == {
+                "same", f"own-{tenant}"}
+            assert store._b_search_sessions(tenant, parse_query(word),
+                                            ["same", f"own-{other}"], 10) == {"same"}
+            assert {h.session_id for h in store.search(word, tenant=tenant,
+                                                       session_id="same").items} == {"same"}
+        assert store.search(other, tenant=tenant).items == []
+    store.close()
+
+
+# ---------------------------------------------------------------- upkeep
+
+
+def test_appends_wait_in_the_pending_list_for_the_indexer_or_a_search(
+        store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_search, "FLUSH_AT", 5)
+    monkeypatch.setattr(sqlite_search, "BACKLOG", 12)
+    store.create_session("s")
+    for k in range(4):
+        store.append("s", [Message.user(f"word{k}")])
+    assert pending(store) == 4 and index_content(store) == set() and store._indexer is None
+    store.append("s", [Message.user("word4")])  # the fifth wakes the indexer thread
+    for _ in range(3000):
+        if pending(store) == 0:
+            break
+        time.sleep(0.01)
+    assert pending(store) == 0
+    assert_index_matches_rows(store)
+    assert len(index_content(store)) == 5
+    with store.atomic():  # inside a caller's transaction nothing is indexed
+        for k in range(5, 12):
+            store.append("s", [Message.user(f"word{k}")])
+    store._stop_indexer()  # as if it were behind: appends index past BACKLOG themselves
+    assert pending(store) == 7
+    for k in range(12, 16):
+        store.append("s", [Message.user(f"word{k}")])
+    assert pending(store) == 11  # past FLUSH_AT, below BACKLOG: waiting for the indexer
+    store.append("s", [Message.user("word16")])
+    assert pending(store) == 0
+    store.append("s", [Message.user("word17")])
+    assert [h.seq for h in store.search("word17").items] == [17]  # a search indexes first
+    assert pending(store) == 0
+    assert_index_matches_rows(store)
+
+
+def test_a_flush_uses_words_cut_beforehand_only_for_the_same_data(store: SQLiteStore) -> None:
+    store.create_session("s")
+    store.append("s", [Message.user("real words"), Message.user("second one")])
+    first, second = (at for (at,) in store._conn.execute("SELECT id FROM search_pending"))
+    prefix = sqlite_search.tenant_prefix("default")
+    stale = {first: (b"{}", prefix + "bogus"),  # cut from other data: cut again
+             second: (store._b_rows("default", "s", 1, 2)[0].data, prefix + "trusted")}
+    with store.atomic() as conn:
+        assert sqlite_search.flush(conn, 10, stale) == 2
+    tokens = {(at, term) for at, term, _k in index_content(store)}
+    assert tokens == {(first, prefix + "real"), (first, prefix + "words"),
+                      (second, prefix + "trusted")}
+
+
+def test_every_path_that_removes_rows_keeps_the_index_exact(store: SQLiteStore) -> None:
+    for s in ("a", "b", "c", "d"):
+        store.create_session(s, user="gone" if s == "d" else None, ttl=3600 if s == "c" else None)
+        store.append(s, [Message.user(f"{s} papaya {k}") for k in range(4)])
+    store.search("papaya")  # indexed; what follows is pending until the next search
+    store.append("a", [Message.user("pending papaya")])
+    first = store.range("a")[1]
+    store.pop("a")  # a pending row
+    store.pop("a")  # an indexed row
+    store.append("a", [Message.user("guava in its place")])  # the popped position again
+    edited = store.edit("a", first.id, Message.user("edited mango"))
+    fork = store.fork("b", new_session_id="b-fork")
+    store.append(fork.id, [Message.user("fork papaya")])
+    store.clear("b-fork")
+    store.delete_session("b", cascade=True)
+    store.erase(tenant="default", user="gone")
+    expired = store._b_get_session("default", "c")
+    assert expired is not None
+    store._b_save_session(msgspec.structs.replace(
+        expired, version=expired.version + 1, expires_at=store.now() - timedelta(minutes=1)),
+        expired.version)
+    assert store.purge_expired() == 1
+    assert_index_matches_rows(store)
+    store.search("x")
+    assert_index_matches_rows(store)
+    assert {(h.session_id, h.message.text) for h in store.search("papaya").items} == {
+        ("a", "a papaya 0"), ("a", "a papaya 1"), ("a", "a papaya 2")}
+    assert [h.message.text for h in store.search("guava").items] == ["guava in its place"]
+    assert [h.session_id for h in store.search("mango").items] == [edited.id]
+    numbered = {sid for (sid,) in store._conn.execute("SELECT session_id FROM search_sessions")}
+    assert numbered == {"a", edited.id}  # deleted sessions lose their number
+
+
+_OPS = st.lists(st.tuples(st.sampled_from(["append", "append2", "pop", "clear", "delete",
+                                           "search", "fork"]),
+                          st.integers(0, 2)), max_size=25)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=_OPS)
+def test_any_sequence_of_writes_leaves_the_index_exact(shared: SQLiteStore,
+                                                       ops: list[tuple[str, int]]) -> None:
+    tenant = uuid.uuid4().hex
+    live: list[str] = []
+    for k, (op, which) in enumerate(ops):
+        sid = live[which % len(live)] if live else None
+        if op.startswith("append") or sid is None:
+            if sid is None or op == "append2":
+                sid = f"s{k}"
+                shared.create_session(sid, tenant=tenant)
+                live.append(sid)
+            shared.append(sid, [Message.user(f"w{k} common"), Message.assistant(f"v{k}")][
+                :1 + which % 2], tenant=tenant)
+        elif op in ("pop", "clear"):
+            with contextlib.suppress(Conflict):  # refused while a fork shares the message
+                getattr(shared, op)(sid, tenant=tenant)
+        elif op == "delete":
+            shared.delete_session(sid, tenant=tenant, cascade=True)
+            live = [s for s in live if shared._b_get_session(tenant, s) is not None]
+        elif op == "fork":
+            live.append(shared.fork(sid, tenant=tenant).id)
+        else:
+            shared.search("common", tenant=tenant)
+    assert_index_matches_rows(shared)
+    rows = shared._conn.execute("SELECT session_id, seq FROM messages WHERE tenant = ? AND "
+                                "instr(data, 'common') > 0", (tenant,)).fetchall()
+    hits = shared.search("common", tenant=tenant, limit=100).items
+    live_rows = {(sid, seq) for sid, seq in rows}
+    assert {(h.session_id, h.seq) for h in hits} == live_rows
+
+
+# ---------------------------------------------------------------- search=off, stale
+
+
+def test_search_off_scans_and_marks_the_index_stale(tmp_path: Path) -> None:
+    path = tmp_path / "off.db"
+    on = SQLiteStore(path)
+    on.create_session("s")
+    on.append("s", [Message.user("before off")])
+    on.close()
+    off = SQLiteStore.from_url(f"sqlite:///{path}?search=off")
+    assert off.search_indexed is False
+    assert off.search_index_state().state == "ready"  # opening alone changes nothing
+    assert off._b_search("default", parse_query("off"), None, None, None, 5) is None
+    page = off.search("before")
+    assert page.scanned == 1 and [h.message.text for h in page.items] == ["before off"]
+    off.append("s", [Message.user("written while off")])
+    assert off.search_index_state().state == "stale"
+    with pytest.raises(ValueError, match="search=off"):
+        off.build_search_index()
+    off.close()
+    again = SQLiteStore(path)  # small: rebuilt on open
+    assert again.search_index_state().state == "ready"
+    assert [h.message.text for h in again.search("while").items] == ["written while off"]
+    assert_index_matches_rows(again)
+    again.close()
+    for bad in ("maybe", "2"):
+        with pytest.raises(ValueError, match="search"):
+            SQLiteStore.from_url(f"sqlite:///{path}?search={bad}")
+
+
+def test_a_store_with_other_words_does_not_write_the_index(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release whose tokenizer is another WORDS_VERSION rebuilds the index on open;
+    a process of the older one, still running, then leaves it alone (stale)."""
+    path = tmp_path / "v.db"
+    old = SQLiteStore(path)
+    old.create_session("s")
+    old.append("s", [Message.user("old words")])
+    monkeypatch.setattr(sqlite_search, "WORDS_VERSION", 2)
+    new = SQLiteStore(path)
+    assert new.search_index_state()[:2] == ("ready", 2)
+    assert [h.seq for h in new.search("old").items] == [0]
+    monkeypatch.setattr(sqlite_search, "WORDS_VERSION", 1)  # the old process writes
+    old.append("s", [Message.user("more words")])
+    assert old.search_index_state().state == "stale"
+    assert old.search("more").scanned is not None  # not used: scans
+    old.close()
+    new.close()
+
+
+# ---------------------------------------------------------------- building
+
+
+def _old_database(path: Path, sessions: int, per_session: int) -> None:
+    """A database of the schema before m004_search, with messages: written by this
+    release, then its search tables and the step's record dropped (m001-m003 are as
+    released)."""
+    store = SQLiteStore(path, counter="approx")
+    for s in range(sessions):
+        tenant = "t" if s % 2 else "default"
+        store.create_session(f"s{s:02}", tenant=tenant)
+        store.append(f"s{s:02}", [Message.user(f"melon {s} {k}") for k in range(per_session)],
+                     tenant=tenant)
+    store.close()
+    conn = sqlite3.connect(path)
+    with conn:
+        for table in ("search_words", "search_sessions", "search_pending", "search_state"):
+            conn.execute(f"DROP TABLE {table}")
+        conn.execute("DELETE FROM migrations WHERE name = 'm004_search'")
+    conn.close()
+
+
+def test_the_0_1_0_golden_database_is_indexed_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "golden.db"
+    shutil.copy(GOLDEN, path)
+    store = SQLiteStore(path, counter="approx")
+    assert store.search_index_state().state == "ready"
+    assert_index_matches_rows(store)
+    assert len(index_content(store)) >= 20
+    assert store._b_search("default", parse_query("done"), None, None, None, 5)
+    store.close()
+
+
+def test_an_existing_database_is_indexed_in_resumable_batches(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "old.db"
+    _old_database(path, sessions=6, per_session=5)
+    monkeypatch.setattr(sqlite_module, "AUTO_BUILD_ROWS", 4)  # too large to build on open
+    store = SQLiteStore(path, counter="approx")
+    assert store.search_index_state().state == "building"
+    assert store._b_search("default", parse_query("melon"), None, None, None, 5) is None
+    assert store.search("melon", limit=100).scanned == 15  # scans meanwhile: all found
+    calls: list[tuple[int, int]] = []
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_two(done: int, total: int) -> None:
+        calls.append((done, total))
+        if len(calls) == 2:
+            raise Stop
+
+    with pytest.raises(Stop):  # a crash mid-way
+        store.build_search_index(batch=7, progress=stop_after_two)
+    assert calls == [(7, 30), (14, 30)]
+    state = store.search_index_state()
+    assert state.state == "building" and state.done == 14 and state.position is not None
+    # writes meanwhile, behind the position and ahead of it
+    store.append("s00", [Message.user("melon behind")])
+    store.pop("s05", tenant="t")
+    store.append("s04", [Message.user("melon ahead")])
+    store.delete_session("s02")
+    store.close()
+    resumed = SQLiteStore(path, counter="approx")
+    calls.clear()
+    indexed = resumed.build_search_index(batch=7, progress=lambda d, t: calls.append((d, t)))
+    assert resumed.search_index_state().state == "ready"
+    # 16 rows were left after the position: s04's last and the one appended ahead of
+    # it, and tenant t's (one popped)
+    assert calls == [(21, 30), (28, 30), (30, 30)] and indexed == 16
+    resumed.search("flush")
+    assert_index_matches_rows(resumed)
+    assert len(resumed.search("melon", limit=100).items) == 12  # s00 and s04, 6 each
+    assert len(resumed.search("melon", limit=100, tenant="t").items) == 14
+    assert resumed.search("melon", limit=100).scanned is None
+    resumed.close()
+
+
+def test_chathistory_migrate_builds_the_index_with_progress(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "cli.db"
+    _old_database(path, sessions=3, per_session=4)
+    monkeypatch.setattr(sqlite_module, "AUTO_BUILD_ROWS", 2)
+    monkeypatch.setattr(sqlite_search, "BUILD_BATCH", 5)
+    monkeypatch.delenv("CHATHISTORY_STORE", raising=False)
+    assert main(["migrate", "--store", f"sqlite:///{path}"]) == 0
+    captured = capsys.readouterr()
+    assert "applied m004_search" in captured.out
+    assert "search index: built, 12 rows indexed now" in captured.out
+    assert "search index: 12 of 12 rows" in captured.err
+    store = SQLiteStore(path)
+    assert store.search_index_state().state == "ready"
+    assert len(store.search("melon", tenant="t").items) == 4
+    store.close()
+    assert main(["migrate", "--json", "--store", f"sqlite:///{path}"]) == 0
+    assert '"search_index_built_now": 0' in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- the words are pinned
+
+
+SAMPLE = [
+    Message.user("The Café opens at nine; naïve ÜBER-test_case x1 2024 東京 ﬁle e\u0301t"),
+    Message(role="assistant", parts=[
+        Reasoning(text="hidden reasoning"), TextPart(text="Visible answer"),
+        ToolCall(id="c1", name="get_weather", arguments={"city": "Lisbon", "days": 3,
+                                                        "units": ["C"], "x": None})]),
+    Message(role="tool", parts=[ToolResult(call_id="c1", content=[TextPart(text="sunny")])]),
+    Message(role="user", parts=[AudioPart(url="https://example.invalid/a.wav",
+                                          transcript="spoken words"),
+                                FilePart(url="https://example.invalid/r.pdf",
+                                         name="report-2024.pdf")]),
+]
+
+
+PINNED_DIGEST = "0cd25cc74e19454e"
+"""Of the words of SAMPLE: 'the cafe opens at nine naive uber test case x1 2024 東京 file
+et', 'visible answer get weather city lisbon days 3 units c x', 'sunny', 'spoken words
+report 2024 pdf'."""
+
+
+def test_the_indexed_words_are_pinned_to_words_version() -> None:
+    """If this fails, ``search_text`` or ``words`` find other words in stored messages:
+    raise ``sqlite_search.WORDS_VERSION`` (an index of the old words is rebuilt, never
+    written with the new ones) and record the new digest here."""
+    from chathistory.model.codec import encode
+
+    found = [index_words(encode(m)) for m in SAMPLE]
+    digest = hashlib.sha256("\n".join(found).encode()).hexdigest()[:16]
+    assert (sqlite_search.WORDS_VERSION, digest) == (1, PINNED_DIGEST), found
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(st.characters(max_codepoint=127)) | st.text())
+def test_the_fast_cut_of_ascii_text_is_words(text: str) -> None:
+    """``words``' ASCII fast path cuts as its regex over the folded text does."""
+    assert words(text) == search._WORD.findall(search._fold(text))
+
+
+def test_query_plans_stay_on_the_index(store: SQLiteStore) -> None:
+    store.create_session("s")
+    store.append("s", [Message.user("plan words")])
+    params = {"match": '"x"', "tenant": "default", "user": "u", "candidates": 10, "limit": 5,
+              "score": 1.0, "session_id": "s", "seq": 0}
+    for user in (False, True):
+        sql = sqlite_search._RANKED.format(
+            candidates=sqlite_search._CANDIDATES.format(
+                user_join=sqlite_search._USER_JOIN if user else "",
+                user=sqlite_search._USER if user else ""),
+            after=sqlite_search._AFTER, row=SQLiteStore.row_columns)
+        plan = [row[3] for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+        assert "SCAN search_words VIRTUAL TABLE INDEX 192:M1" in plan, plan  # newest first
+        assert not any(p.split()[:2] in (["SCAN", "m"], ["SCAN", "ss"], ["SCAN", "us"],
+                                         ["SCAN", "se"]) for p in plan), plan
+        assert plan.count("USE TEMP B-TREE FOR ORDER BY") == 2, plan  # the candidates, then
+        # the page of at most `limit` rows: never the matches themselves
