@@ -91,6 +91,15 @@ def pending(store: SQLiteStore) -> int:
     return int(store._fetch("SELECT count(*) FROM search_pending", ())[0][0])
 
 
+def wait_for_the_indexer(store: SQLiteStore) -> None:
+    """Until the indexer thread has left nothing pending (30 s at most)."""
+    for _ in range(3000):
+        if pending(store) == 0:
+            break
+        time.sleep(0.01)
+    assert pending(store) == 0
+
+
 # ---------------------------------------------------------------- the index answers
 
 
@@ -257,11 +266,7 @@ def test_appends_wait_in_the_pending_list_for_the_indexer_or_a_search(
         store.append("s", [Message.user(f"word{k}")])
     assert pending(store) == 4 and index_content(store) == set() and store._indexer is None
     store.append("s", [Message.user("word4")])  # the fifth wakes the indexer thread
-    for _ in range(3000):
-        if pending(store) == 0:
-            break
-        time.sleep(0.01)
-    assert pending(store) == 0
+    wait_for_the_indexer(store)
     assert_index_matches_rows(store)
     assert len(index_content(store)) == 5
     with store.atomic():  # inside a caller's transaction nothing is indexed
@@ -292,6 +297,71 @@ def test_a_flush_uses_words_cut_beforehand_only_for_the_same_data(store: SQLiteS
     tokens = {(at, term) for at, term, _k in index_content(store)}
     assert tokens == {(first, prefix + "real"), (first, prefix + "words"),
                       (second, prefix + "trusted")}
+
+
+def test_a_batch_of_large_rows_is_cut_by_its_bytes(store: SQLiteStore,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pending rows are read and indexed at most ``FLUSH_BYTES`` at a time (the first row
+    of a batch always), not ``FLUSH_AT * 4`` rows of any size (512 pastes of 9 MB)."""
+    monkeypatch.setattr(sqlite_search, "FLUSH_BYTES", 2500)
+    taken: list[int] = []
+    real_flush = sqlite_search.flush
+
+    def counting(*args: Any, **kwargs: Any) -> int:
+        taken.append(real_flush(*args, **kwargs))
+        return taken[-1]
+
+    monkeypatch.setattr(sqlite_search, "flush", counting)
+    store.create_session("s")
+    big = "filler " * 150  # ~1 KB stored
+    store.append("s", [Message.user(f"{big} row{k}") for k in range(7)]
+                 + [Message.user("small")])
+    assert pending(store) == 8
+    assert [h.seq for h in store.search("row6").items] == [6]
+    assert pending(store) == 0
+    assert max(taken) <= 3 and sum(taken) == 8, taken  # ~1 KB rows, 2.5 KB a batch
+    assert_index_matches_rows(store)
+
+
+def test_a_large_paste_wakes_the_indexer_at_once(store: SQLiteStore,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_search, "WAKE_BYTES", 4096)
+    store.create_session("s")
+    store.append("s", [Message.user("small")])
+    assert pending(store) == 1 and store._indexer is None  # below FLUSH_AT: waits
+    store.append("s", [Message.user("paste " * 1000)])  # 6 KB: the indexer is woken
+    assert store._indexer is not None
+    wait_for_the_indexer(store)
+    assert_index_matches_rows(store)
+
+
+def test_one_thread_cuts_a_backlog_the_others_wait_for_it(
+        store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Searches that meet the same backlog do not each cut its words: one flushes, the
+    others wait and find nothing left (each row's words are cut once)."""
+    import threading
+
+    store.create_session("s")
+    store.append("s", [Message.user(f"word{k}") for k in range(40)])
+    cut: list[int] = []
+    real = sqlite_search.pending_texts
+
+    def slow(found: Any) -> Any:
+        cut.extend(at for at, _t, _d in found)
+        time.sleep(0.2)  # long enough for every other search to arrive meanwhile
+        return real(found)
+
+    monkeypatch.setattr(sqlite_search, "pending_texts", slow)
+    hits: list[list[int]] = []
+    threads = [threading.Thread(target=lambda: hits.append(
+        [h.seq for h in store.search("word39").items])) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert hits == [[39]] * 4
+    assert sorted(cut) == sorted(set(cut)) and len(cut) == 40
+    assert_index_matches_rows(store)
 
 
 def test_every_path_that_removes_rows_keeps_the_index_exact(store: SQLiteStore) -> None:

@@ -364,6 +364,16 @@ class SQLiteStore(IndexedSearch, BaseStore):
         with self._lock:
             return self._conn.execute(sql, params).fetchall()
 
+    def _read_with(self, read: Callable[[sqlite3.Connection], T]) -> T:
+        reader = self._reader()
+        if reader is not None:
+            return read(reader)
+        with self._lock:
+            return read(self._conn)
+
+    def _in_transaction(self) -> bool:
+        return bool(getattr(self._local, "atomic", 0))
+
     def _fetch_rows(self, sql: str, params: Sequence[Any]) -> list[Row]:
         reader = self._reader()
         if reader is not None:

@@ -33,6 +33,7 @@ marks it so at its first write, and so does a process whose words are of another
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import logging
@@ -40,16 +41,18 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from .backend import Span
 from .model import MESSAGE_DECODER, Row
 from .search import WORDS_VERSION, Cursor, Query, indexed_words, rank_key, search_text, words
 
-__all__ = ["AUTO_BUILD_ROWS", "BACKLOG", "FLUSH_AT", "RANK_LIMIT", "SPAN_CANDIDATES",
-           "WORDS_VERSION", "IndexState", "IndexedSearch", "match_expression", "tenant_prefix"]
+__all__ = ["AUTO_BUILD_ROWS", "BACKLOG", "FLUSH_AT", "FLUSH_BYTES", "RANK_LIMIT",
+           "SPAN_CANDIDATES", "WAKE_BYTES", "WORDS_VERSION", "IndexState", "IndexedSearch",
+           "match_expression", "tenant_prefix"]
 
 log = logging.getLogger("chathistory.stores")
+T = TypeVar("T")
 
 FLUSH_AT = 128
 """Pending rows that make an append wake the indexer thread (after its commit)."""
@@ -67,6 +70,12 @@ SPAN_CANDIDATES = 500
 sessions, each session's newest, by the reference score (``Query.score``: about 90 us
 a ShareGPT message in Python)."""
 BUILD_BATCH = 1_000
+WAKE_BYTES = 1024 * 1024
+"""An append whose rows hold this much data wakes the indexer thread whatever is pending
+(indexing a 9 MB paste takes ~70 ms: better beside the appends than in a search)."""
+FLUSH_BYTES = 16 * 1024 * 1024
+"""A batch of pending rows ends at the row whose data brings it to this many bytes,
+however few rows that is (``pending_rows``)."""
 
 _SEQ_BITS = 32
 _SEQ_MASK = (1 << _SEQ_BITS) - 1
@@ -234,7 +243,10 @@ def note_appended(conn: sqlite3.Connection, keep: bool, tenant: str, session_id:
                   rows: Sequence[Row]) -> int:
     """In an append's transaction: the rows join the pending list (when the index is
     kept and covers them); returns how many rows are pending then (0 if none was
-    added). A store that does not keep the index (``keep`` False) marks it stale."""
+    added), counted as ``FLUSH_AT`` at least when the rows hold ``WAKE_BYTES`` of data
+    or more: a large paste wakes the indexer at once rather than waiting, a few such
+    rows, for the next search to index them. A store that does not keep the index
+    (``keep`` False) marks it stale."""
     *found, num, pending = conn.execute(_APPEND_STATE, (tenant, session_id)).fetchone()
     state = _state(*found)
     if not keep or not state.kept:
@@ -246,7 +258,10 @@ def note_appended(conn: sqlite3.Connection, keep: bool, tenant: str, session_id:
     if num is None:
         num = _session_num(conn, tenant, session_id, create=True)
     conn.executemany(_PEND, [(_rowid(num, seq),) for seq in seqs])
-    return int(pending) + len(seqs)
+    pending = int(pending) + len(seqs)
+    if pending < FLUSH_AT and sum(len(r.data) for r in rows) >= WAKE_BYTES:
+        return FLUSH_AT
+    return pending
 
 
 def unindex(conn: sqlite3.Connection, keep: bool, tenant: str, session_id: str,
@@ -279,6 +294,25 @@ def unindex(conn: sqlite3.Connection, keep: bool, tenant: str, session_id: str,
         conn.execute("DELETE FROM search_sessions WHERE num = ?", (num,))
 
 
+def pending_rows(conn: sqlite3.Connection, limit: int
+                 ) -> list[tuple[int, str | None, bytes | None]]:
+    """The lowest ``limit`` pending rows (``_PENDING_ROWS``), fewer once their data
+    reaches ``FLUSH_BYTES``: read row by row (and no row past that read), so a backlog
+    of 9 MB pastes is never read into memory whole."""
+    out = []
+    size = 0
+    cursor = conn.execute(_PENDING_ROWS, (limit,))
+    try:
+        for row in cursor:
+            out.append(row)
+            size += len(row[2] or b"")
+            if size >= FLUSH_BYTES:
+                break
+    finally:
+        cursor.close()
+    return out
+
+
 def pending_texts(found: Sequence[tuple[int, str | None, bytes | None]]
                   ) -> dict[int, tuple[bytes, str]]:
     """``_PENDING_ROWS``' rows, each row's rowid -> its data and what to index it by."""
@@ -293,13 +327,14 @@ def pending_texts(found: Sequence[tuple[int, str | None, bytes | None]]
 
 def flush(conn: sqlite3.Connection, limit: int,
           prepared: Mapping[int, tuple[bytes, str]] | None = None) -> int:
-    """In a write transaction: index up to ``limit`` pending rows, lowest rowid first;
-    ``prepared`` (``pending_texts``, made before the transaction, so that the words are
-    cut without holding the write lock) serves each row whose data it has unchanged.
-    Returns how many pending entries it took (0: none was left)."""
+    """In a write transaction: index up to ``limit`` pending rows (fewer past
+    ``FLUSH_BYTES`` of data), lowest rowid first; ``prepared`` (``pending_texts``, made
+    before the transaction, so that the words are cut without holding the write lock)
+    serves each row whose data it has unchanged. Returns how many pending entries it
+    took (0: none was left)."""
     if not read_state(conn).kept:
         return 0
-    found = conn.execute(_PENDING_ROWS, (limit,)).fetchall()
+    found = pending_rows(conn, limit)
     if not found:
         return 0
     prepared = prepared or {}
@@ -374,6 +409,14 @@ class IndexedSearch:
     def _fetch(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
         raise NotImplementedError
 
+    def _read_with(self, read: Callable[[sqlite3.Connection], T]) -> T:
+        """``read(conn)`` on a connection that may read now (``_fetch``'s)."""
+        raise NotImplementedError
+
+    def _in_transaction(self) -> bool:
+        """Whether this thread is inside a transaction of ``atomic``."""
+        raise NotImplementedError
+
     def _rows_at(self, tenant: str, session_id: str, seqs: Sequence[int]) -> list[Row]:
         """The session's rows at these positions, ascending."""
         raise NotImplementedError
@@ -430,14 +473,30 @@ class IndexedSearch:
         return int(found[0][0])
 
     def _flush_pending(self, stop: Callable[[], bool] | None = None) -> None:
-        """Index every pending row (until ``stop()``), ``FLUSH_AT * 4`` per transaction,
-        their words cut before it (from the last commit; ``flush`` checks the data)."""
+        """Index every pending row (until ``stop()``), ``FLUSH_AT * 4`` per transaction
+        (fewer past ``FLUSH_BYTES``), their words cut before it (from the last commit;
+        ``flush`` checks the data). One thread flushes at a time: a search or an append
+        that comes meanwhile waits for it, then finds little or nothing left, rather than
+        cutting the same rows' words beside it (three threads cutting a backlog of 9 MB
+        pastes at once starved the other tenants' requests of the GIL). Inside a
+        transaction of this thread (which holds the write lock the flusher may be
+        waiting for) the rows are indexed in it, without that wait."""
         batch = FLUSH_AT * 4
-        while stop is None or not stop():
-            prepared = pending_texts(self._fetch(_PENDING_ROWS, (batch,)))
+        if self._in_transaction():
             with self.atomic() as conn:
-                if flush(conn, batch, prepared) < batch:
+                while flush(conn, batch):
+                    pass
+            return
+        with self._flush_lock:
+            while stop is None or not stop():
+                found = self._read_with(functools.partial(pending_rows, limit=batch))
+                if not found:
                     return
+                prepared = pending_texts(found)
+                del found
+                with self.atomic() as conn:
+                    if not flush(conn, batch, prepared):
+                        return
 
     # ------------------------------------------------------------ the indexer thread
 
@@ -445,6 +504,7 @@ class IndexedSearch:
         self._indexer: threading.Thread | None = None
         self._indexer_lock = threading.Lock()
         self._indexer_wake = threading.Event()
+        self._flush_lock = threading.Lock()
         self._indexer_stop = False
 
     def _after_append(self, pending: int) -> None:
