@@ -323,18 +323,6 @@ def test_a_batch_of_large_rows_is_cut_by_its_bytes(store: SQLiteStore,
     assert_index_matches_rows(store)
 
 
-def test_a_large_paste_wakes_the_indexer_at_once(store: SQLiteStore,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_search, "WAKE_BYTES", 4096)
-    store.create_session("s")
-    store.append("s", [Message.user("small")])
-    assert pending(store) == 1 and store._indexer is None  # below FLUSH_AT: waits
-    store.append("s", [Message.user("paste " * 1000)])  # 6 KB: the indexer is woken
-    assert store._indexer is not None
-    wait_for_the_indexer(store)
-    assert_index_matches_rows(store)
-
-
 def test_one_thread_cuts_a_backlog_the_others_wait_for_it(
         store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """Searches that meet the same backlog do not each cut its words: one flushes, the

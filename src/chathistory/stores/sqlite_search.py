@@ -48,7 +48,7 @@ from .model import MESSAGE_DECODER, Row
 from .search import WORDS_VERSION, Cursor, Query, indexed_words, rank_key, search_text, words
 
 __all__ = ["AUTO_BUILD_ROWS", "BACKLOG", "FLUSH_AT", "FLUSH_BYTES", "RANK_LIMIT",
-           "SPAN_CANDIDATES", "WAKE_BYTES", "WORDS_VERSION", "IndexState", "IndexedSearch",
+           "SPAN_CANDIDATES", "WORDS_VERSION", "IndexState", "IndexedSearch",
            "match_expression", "tenant_prefix"]
 
 log = logging.getLogger("chathistory.stores")
@@ -70,10 +70,7 @@ SPAN_CANDIDATES = 500
 sessions, each session's newest, by the reference score (``Query.score``: about 90 us
 a ShareGPT message in Python)."""
 BUILD_BATCH = 1_000
-WAKE_BYTES = 1024 * 1024
-"""An append whose rows hold this much data wakes the indexer thread whatever is pending
-(indexing a 9 MB paste takes ~70 ms: better beside the appends than in a search)."""
-FLUSH_BYTES = 16 * 1024 * 1024
+FLUSH_BYTES = 8 * 1024 * 1024
 """A batch of pending rows ends at the row whose data brings it to this many bytes,
 however few rows that is (``pending_rows``)."""
 
@@ -243,10 +240,12 @@ def note_appended(conn: sqlite3.Connection, keep: bool, tenant: str, session_id:
                   rows: Sequence[Row]) -> int:
     """In an append's transaction: the rows join the pending list (when the index is
     kept and covers them); returns how many rows are pending then (0 if none was
-    added), counted as ``FLUSH_AT`` at least when the rows hold ``WAKE_BYTES`` of data
-    or more: a large paste wakes the indexer at once rather than waiting, a few such
-    rows, for the next search to index them. A store that does not keep the index
-    (``keep`` False) marks it stale."""
+    added). A store that does not keep the index (``keep`` False) marks it stale.
+
+    Pending rows are counted, not weighed: a few 9 MB pastes wait for the next search
+    (about 70 ms each to index). Waking the indexer for each large append instead cost
+    the other tenants' reads 10-15 ms of p99 while two clients posted 9 MB appends
+    (the hostile run), for the same work."""
     *found, num, pending = conn.execute(_APPEND_STATE, (tenant, session_id)).fetchone()
     state = _state(*found)
     if not keep or not state.kept:
@@ -258,10 +257,7 @@ def note_appended(conn: sqlite3.Connection, keep: bool, tenant: str, session_id:
     if num is None:
         num = _session_num(conn, tenant, session_id, create=True)
     conn.executemany(_PEND, [(_rowid(num, seq),) for seq in seqs])
-    pending = int(pending) + len(seqs)
-    if pending < FLUSH_AT and sum(len(r.data) for r in rows) >= WAKE_BYTES:
-        return FLUSH_AT
-    return pending
+    return int(pending) + len(seqs)
 
 
 def unindex(conn: sqlite3.Connection, keep: bool, tenant: str, session_id: str,
