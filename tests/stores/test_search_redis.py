@@ -19,6 +19,7 @@ from test_redis import REDIS_URL
 from chathistory import Message
 from chathistory.model import ToolCall, ToolResult
 from chathistory.stores import open_store
+from chathistory.stores.browse import _own_span
 from chathistory.stores.model import MESSAGE_DECODER
 from chathistory.stores.redis import RedisStore
 from chathistory.stores.redis.keys import escape
@@ -152,7 +153,8 @@ def test_redis_refuses_every_key_of_another_tenant_to_a_search(
         assert [h.session_id for h in limited.search("mango", tenant="t1", user="ann").items
                 ] == ["a"]
         assert len(limited.search("mango", tenant="t1", session_id="b").items) == 1
-        assert limited.sessions_matching("t1", parse_query("again"), ["a", "b"]) == {"b"}
+        assert limited.sessions_matching("t1", parse_query("again"), [("a", 0, 1), ("b", 0, 1)]
+                                         ) == {"b"}
         with pytest.raises(redis.exceptions.NoPermissionError):  # the ACL holds
             limited.search("mango", tenant="t2")
     finally:
@@ -169,10 +171,13 @@ def test_sessions_matching_reads_own_rows_through_the_scan(redis_store: RedisSto
     _fill(redis_store, "c", [f"filler {k}" for k in range(600)] + ["banana bread"])
     redis_store.fork("a", first.id, new_session_id="fork")  # inherits "apple pie" only
     redis_store.append("fork", [Message.user("durian")])
-    match = redis_store.sessions_matching
-    assert match("default", parse_query("banana"), ["a", "b", "c", "fork", "nope"]) == {"a", "c"}
-    assert match("default", parse_query("apple"), ["a", "fork"]) == {"a"}  # own rows only
-    assert match("default", parse_query("durian"), ["a", "fork"]) == {"fork"}
+    def match(query: str, ids: list[str]) -> set[str]:
+        spans = [_own_span(redis_store.get_session(sid)) for sid in ids]
+        return redis_store.sessions_matching("default", parse_query(query), spans)
+
+    assert match("banana", ["a", "b", "c", "fork"]) == {"a", "c"}
+    assert match("apple", ["a", "fork"]) == {"a"}  # own rows only: the fork's start after them
+    assert match("durian", ["a", "fork"]) == {"fork"}
     assert redis_store._b_search_sessions("default", parse_query("pie"), None, 10) is None
 
 

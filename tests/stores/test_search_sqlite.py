@@ -126,7 +126,8 @@ def test_the_index_answers_without_a_scan(store: SQLiteStore,
     assert hit.snippet[slice(*hit.marks[0])] == "Lisbon"
     with monkeypatch.context() as m:  # sessions_matching never reads rows either
         m.setattr(store, "_b_rows", lambda *a: pytest.fail("rows read"))
-        assert store.sessions_matching("default", parsed, ["a", "b"]) == {"a", "b"}
+        spans = [("a", 0, 2), ("b", 0, 1)]
+        assert store.sessions_matching("default", parsed, spans) == {"a", "b"}
 
 
 def test_pages_follow_the_ranking_without_loss(store: SQLiteStore,

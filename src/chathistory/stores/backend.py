@@ -32,7 +32,7 @@ from typing import Protocol, TypeVar
 
 from .model import Row, Session
 
-__all__ = ["AppendTxn", "Backend", "Span", "keep_bounded", "like_pattern", "recent_key"]
+__all__ = ["AppendTxn", "Backend", "Span", "keep_bounded", "recent_key"]
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -101,12 +101,6 @@ class Backend(abc.ABC):
         by ``(created_at.isoformat(), id)`` ascending, after ``after``; with ``recent``,
         by ``(recent_key(s), id)`` descending, below ``after``. Expired sessions may be
         included (the engine drops them)."""
-
-    @abc.abstractmethod
-    def _b_matching(self, tenant: str, session_ids: Sequence[str], needle: str) -> set[str]:
-        """Of ``session_ids``, those with an own row whose stored JSON contains
-        ``needle`` (ASCII letters compared case-insensitively, everything else exactly;
-        ``like_pattern`` makes the SQL pattern)."""
 
     @abc.abstractmethod
     def _b_children(self, tenant: str, session_id: str) -> list[Session]:
@@ -226,14 +220,6 @@ class Backend(abc.ABC):
         not implemented, the engine reads rows a batch at a time."""
         return None
 
-    def _b_rows_containing(self, tenant: str, spans: Sequence[Span], needle: str,
-                           limit: int) -> list[list[Row]] | None:
-        """Optional, one read for many sessions: for each ``(session_id, lo, hi)``, the
-        first ``limit`` own rows in ``[lo, hi)``, ascending, whose stored JSON contains
-        ``needle`` (compared as ``_b_matching`` does). None: not implemented, the engine
-        reads rows a batch at a time."""
-        return None
-
     def _b_clock(self) -> datetime | None:
         """Optional: the store's own clock (one round trip), which then judges every TTL
         (``clock.py``); None when it is this machine's."""
@@ -244,12 +230,6 @@ def recent_key(session: Session) -> str:
     """``updated_at`` as fixed-width UTC text: the ``order="recent"`` key every
     backend stores and compares (text order is time order)."""
     return session.updated_at.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-def like_pattern(needle: str) -> str:
-    """A SQL ``LIKE ... ESCAPE '\\'`` pattern: ``needle`` anywhere, taken literally."""
-    escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
 
 
 def keep_bounded(cache: dict[K, V], key: K, value: V, limit: int) -> None:

@@ -23,7 +23,7 @@ from ..errors import InvalidArgument, NotFound
 from ..model import Message
 from .backend import Span
 from .model import MESSAGE_DECODER, Row, Session
-from .search import Query, Searching, parse_query, search_text, words
+from .search import Query, Searching, parse_query, row_matches
 
 __all__ = ["INDEXED_SESSIONS", "Browse", "MetadataNeedle"]
 
@@ -68,8 +68,6 @@ def _own_span(session: Session) -> Span:
             session.message_count)
 
 
-def _row_matches(query: Query, row: Row) -> bool:
-    return query.matches(words(search_text(MESSAGE_DECODER.decode(row.data))))
 
 
 class Browse(Searching):
@@ -127,9 +125,10 @@ class Browse(Searching):
                     indexed = everywhere
             found = {s.id for s in batch if needle.in_session(s)}
             # a session without rows of its own has no message to match
-            rest = [s.id for s in batch if s.id not in found and _own_span(s)[1] < _own_span(s)[2]]
+            rest = [span for span in map(_own_span, batch)
+                    if span[0] not in found and span[1] < span[2]]
             if indexed is not None:
-                found.update(indexed.intersection(rest))
+                found.update(indexed.intersection(span[0] for span in rest))
             elif rest:
                 found |= self.sessions_matching(tenant, parsed, rest)
             return found
@@ -186,7 +185,7 @@ class Browse(Searching):
         session_id, lo, hi = span
         for start in range(lo, hi, _BATCH):
             rows = self._b_rows(tenant, session_id, start, min(start + _BATCH, hi))
-            hit = next((r for r in rows if _row_matches(query, r)), None)
+            hit = next((r for r in rows if row_matches(query, r)), None)
             if hit is not None:
                 return hit
         return None

@@ -16,19 +16,19 @@ Every method takes ``tenant``; sessions are keyed by ``(tenant, session_id)``,
 so one tenant can never name another's session.
 
 The backend helpers that used to live here are importable from here still:
-``recent_key`` and ``like_pattern`` (``backend.py``), ``regroup_spans`` and
+``recent_key`` (``backend.py``), ``regroup_spans`` and
 ``closed_spans`` (``regroup.py``).
 """
 
 from __future__ import annotations
 
 from .append import Appending
-from .backend import like_pattern, recent_key
+from .backend import recent_key
 from .browse import Browse
 from .regroup import closed_spans, regroup_spans
 from .search import Searching
 
-__all__ = ["Engine", "closed_spans", "like_pattern", "recent_key", "regroup_spans"]
+__all__ = ["Engine", "closed_spans", "recent_key", "regroup_spans"]
 
 
 class Engine(Appending, Browse, Searching):

@@ -112,12 +112,6 @@ class MemoryStore(BaseStore):
         keyed = sorted(((s.created_at.isoformat(), s.id), s) for s in found)
         return [s for k, s in keyed if after is None or k > after][:limit]
 
-    def _b_matching(self, tenant: str, session_ids: Sequence[str], needle: str) -> set[str]:
-        wanted = needle.encode().lower()  # bytes.lower(): ASCII only, like SQL LIKE
-        with self._lock:
-            return {sid for sid in session_ids
-                    if any(wanted in r.data.lower() for r in self._own(tenant, sid))}
-
     def _b_children(self, tenant: str, session_id: str) -> list[Session]:
         with self._lock:
             return [s for (t, _), s in self._sessions.items()

@@ -223,6 +223,11 @@ def matching_rows(query: Query, rows: Iterable[Row]) -> Iterator[tuple[Row, list
             yield row, got
 
 
+def row_matches(query: Query, row: Row) -> bool:
+    """Whether ``query`` matches the row's message (``matching_rows`` of one row)."""
+    return next(matching_rows(query, (row,)), None) is not None
+
+
 def parse_query(text: str) -> Query:
     """``InvalidArgument`` (naming ``q``) for a query without a word or with more than
     ``MAX_TERMS`` words."""
@@ -455,28 +460,26 @@ class Searching(Reads):
         rows of the sessions it is given (``sessions_matching``)."""
         return None
 
-    def sessions_matching(self, tenant: str, query: Query, session_ids: Sequence[str]
+    def sessions_matching(self, tenant: str, query: Query, spans: Sequence[Span]
                           ) -> set[str]:
-        """Of ``session_ids``, those with an own row matching ``query``: through the
-        index, else by reading each session's rows (the listing's search on a backend
-        without an index: bounded by the page of sessions it is given)."""
-        if not session_ids:
+        """Of the sessions of ``spans`` (``(session_id, lo, hi)``: each session's own
+        rows), those with an own row matching ``query``: through the index, else by
+        reading those rows (the listing's search on a backend without an index: bounded
+        by the page of sessions it is given)."""
+        if not spans:
             return set()
-        found = self._b_search_sessions(tenant, query, session_ids, len(session_ids))
+        found = self._b_search_sessions(tenant, query, [s[0] for s in spans], len(spans))
         if found is not None:
             return found
         out: set[str] = set()
-        for sid in session_ids:
-            session = self._b_get_session(tenant, sid)
-            if session is None:
-                continue
-            lo = session.fork_seq if session.parent_id is not None else 0
-            for start in range(lo, session.message_count, 256):
-                rows = self._b_rows(tenant, sid, start, min(session.message_count, start + 256))
+        for sid, lo, hi in spans:
+            for start in range(lo, hi, 256):
+                rows = self._b_rows(tenant, sid, start, min(hi, start + 256))
                 if any(True for _ in matching_rows(query, rows)):
                     out.add(sid)
                     break
         return out
+
 
 _MISSING = object()
 

@@ -45,7 +45,7 @@ import msgspec
 
 from ..errors import Conflict
 from ..tokens import TokenCounter
-from .backend import AppendTxn, Span, like_pattern, recent_key
+from .backend import AppendTxn, Span, recent_key
 from .base import BaseStore
 from .model import SESSION_DECODER, Row, Session, make_row, utcnow
 from .sqlite_schema import MIGRATIONS
@@ -116,12 +116,6 @@ _INSERT_SESSION = ("INSERT INTO sessions (version, created_at, user, parent_id, 
 _SAVE_SESSION = ("UPDATE sessions SET version = ?, created_at = ?, user = ?, parent_id = ?, "
                  "root_id = ?, expires_at = ?, updated_at = ?, payload = ? WHERE tenant = ? "
                  "AND id = ? AND version = ?")
-# a search: one EXISTS per session, each a range of the messages' primary key
-# (LIKE is false on a BLOB: the JSON is compared as text)
-MATCHING = ("SELECT j.value FROM json_each(?) AS j WHERE EXISTS (SELECT 1 FROM messages AS m "
-            "WHERE m.tenant = ? AND m.session_id = j.value "
-            "AND CAST(m.data AS TEXT) LIKE ? ESCAPE '\\')")
-
 # a page's reads, one statement each: spans as JSON [[session_id, lo, hi], ...]
 _M_ROW = ", ".join(f"m.{column}" for column in _ROW.split(", "))
 _PAGE = (f"SELECT j.key, {_M_ROW} FROM json_each(?1) AS j CROSS JOIN messages AS m "
@@ -132,8 +126,6 @@ _IN_SPAN = ("SELECT seq FROM messages WHERE tenant = ?2 AND session_id = "
 FIRST_USER = _PAGE + f"= ({_IN_SPAN} AND role = 'user' ORDER BY seq LIMIT 1)"
 ROWS_AT = (f"SELECT {_M_ROW} FROM json_each(?) AS j CROSS JOIN messages AS m "
            "WHERE m.tenant = ? AND m.session_id = ? AND m.seq = j.value ORDER BY m.seq")
-CONTAINING = (_PAGE + f"IN ({_IN_SPAN} AND CAST(data AS TEXT) LIKE ?3 ESCAPE '\\' "
-              "ORDER BY seq LIMIT ?4) ORDER BY j.key, m.seq")
 # the tenant's sessions (an index range), less the expired ones (the expiry index)
 _COUNT = ("SELECT (SELECT count(*) FROM sessions WHERE tenant = ?1{user}) - (SELECT count(*) "
           "FROM sessions INDEXED BY sessions_by_expiry WHERE expires_at IS NOT NULL AND "
@@ -461,10 +453,6 @@ class SQLiteStore(IndexedSearch, BaseStore):
         params.append(limit)
         return [SESSION_DECODER.decode(p) for (p,) in self._fetch(sql, params)]
 
-    def _b_matching(self, tenant: str, session_ids: Sequence[str], needle: str) -> set[str]:
-        found = self._fetch(MATCHING, (_encode(list(session_ids)), tenant, like_pattern(needle)))
-        return {sid for (sid,) in found}
-
     def _b_count_sessions(self, tenant: str, user: str | None, now: datetime) -> int:
         params = (tenant, _stamp(now)) if user is None else (tenant, _stamp(now), user)
         return int(self._fetch(COUNT[user is not None], params)[0][0])
@@ -473,14 +461,6 @@ class SQLiteStore(IndexedSearch, BaseStore):
         out: list[Row | None] = [None] * len(spans)
         for key, *row in self._fetch(FIRST_USER, (_encode(spans), tenant)):
             out[key] = _rows([row])[0]
-        return out
-
-    def _b_rows_containing(self, tenant: str, spans: Sequence[Span], needle: str,
-                           limit: int) -> list[list[Row]]:
-        out: list[list[Row]] = [[] for _ in spans]
-        found = self._fetch(CONTAINING, (_encode(spans), tenant, like_pattern(needle), limit))
-        for key, *row in found:
-            out[key].append(_rows([row])[0])
         return out
 
     def _b_children(self, tenant: str, session_id: str) -> list[Session]:

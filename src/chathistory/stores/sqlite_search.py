@@ -44,8 +44,8 @@ from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, TypeVar
 
 from .backend import Span
-from .model import MESSAGE_DECODER, Row
-from .search import WORDS_VERSION, Cursor, Query, indexed_words, rank_key, search_text, words
+from .model import Row
+from .search import WORDS_VERSION, Cursor, Query, indexed_words, matching_rows, rank_key
 
 __all__ = ["AUTO_BUILD_ROWS", "BACKLOG", "FLUSH_AT", "FLUSH_BYTES", "RANK_LIMIT",
            "SPAN_CANDIDATES", "WORDS_VERSION", "IndexState", "IndexedSearch",
@@ -647,7 +647,5 @@ def _scored(query: Query, session_id: str, rows: Sequence[Row]
             ) -> Iterator[tuple[float, str, int, Row]]:
     """The rows that ``query`` matches (the reference, ``Query.matches``: the index
     found them; this holds if it ever held a word too many), with the reference score."""
-    for row in rows:
-        found = words(search_text(MESSAGE_DECODER.decode(row.data)))
-        if query.matches(found):
-            yield query.score(found), session_id, row.seq, row
+    for row, found in matching_rows(query, rows):
+        yield query.score(found), session_id, row.seq, row

@@ -52,21 +52,12 @@ class Queries:
                 user = " AND user_id = %s" if by_user else ""
                 self.list_sessions[recent, by_user, False] = listing + user + order
                 self.list_sessions[recent, by_user, True] = listing + user + after + order
-        # a search: for each session (one probe each, as below), its first own row whose
-        # JSON contains the pattern; COLLATE "C" folds ASCII letters only, like SQLite
-        self.matching = (
-            "SELECT k.id FROM unnest(%s::text[]) AS k(id) CROSS JOIN LATERAL "
-            f"(SELECT 1 FROM {s}.messages WHERE tenant = %s AND session_id = k.id "
-            "AND convert_from(data, 'UTF8') COLLATE \"C\" ILIKE %s ESCAPE '\\' LIMIT 1) AS hit")
         # a page's reads, one statement each, a probe per span (session_id, lo, hi)
         spans = ("SELECT k.n, r.* FROM unnest(%(ids)s::text[], %(los)s::bigint[], "
                  "%(his)s::bigint[]) WITH ORDINALITY AS k(id, lo, hi, n) CROSS JOIN LATERAL "
                  f"(SELECT {_ROW} FROM {m} WHERE tenant = %(tenant)s AND session_id = k.id "
                  "AND seq >= k.lo AND seq < k.hi AND ")
         self.first_user = spans + "role = 'user' ORDER BY seq LIMIT 1) AS r"
-        self.containing = (spans + "convert_from(data, 'UTF8') COLLATE \"C\" ILIKE "
-                           "%(pattern)s ESCAPE '\\' ORDER BY seq LIMIT %(limit)s) AS r "
-                           "ORDER BY k.n, r.seq")
         # the tenant's sessions (a listing index), less the expired ones (the expiry index)
         self.count_sessions: dict[bool, str] = {}
         for by_user in (False, True):

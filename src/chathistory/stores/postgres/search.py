@@ -50,8 +50,8 @@ import psycopg
 from psycopg import sql
 
 from ..backend import Span
-from ..model import MESSAGE_DECODER, Row, make_row
-from ..search import WORDS_VERSION, Cursor, Query, indexed_words, search_text, words
+from ..model import Row, make_row
+from ..search import WORDS_VERSION, Cursor, Query, indexed_words, row_matches
 from .pool import Connections
 from .queries import _ROW, NO_LIMIT
 from .schema import (
@@ -131,8 +131,6 @@ def plan(query: Query) -> _Plan:
     return _Plan(" & ".join(parts), Query(query.text, tuple(inexact)) if inexact else None)
 
 
-def _matches(recheck: Query, row: Row) -> bool:
-    return recheck.matches(words(search_text(MESSAGE_DECODER.decode(row.data))))
 
 
 class Statements:
@@ -288,7 +286,7 @@ class IndexedSearch:
             for score, session_id, *columns in found:
                 row = make_row(columns)
                 after = (score, session_id, row.seq)
-                if recheck is None or _matches(recheck, row):
+                if recheck is None or row_matches(recheck, row):
                     out.append((score, session_id, row.seq, row))
                 if len(out) == limit:
                     return out

@@ -20,7 +20,7 @@ from psycopg_pool import ConnectionPool
 from ...errors import ChatHistoryError, Conflict
 from ...model import KEPT_ROLES
 from ...tokens import TokenCounter
-from ..backend import AppendTxn, Span, keep_bounded, like_pattern
+from ..backend import AppendTxn, Span, keep_bounded
 from ..base import BaseStore
 from ..model import SESSION_DECODER, Row, Session, make_row
 from .pool import Connections, Pool, configure
@@ -293,11 +293,6 @@ class PostgresStore(IndexedSearch, BaseStore):
         query = self._q.list_sessions[recent, user is not None, after is not None]
         return self._fetch_sessions(query, [*params, limit])
 
-    def _b_matching(self, tenant: str, session_ids: Sequence[str], needle: str) -> set[str]:
-        found = self._execute(self._q.matching,
-                              (list(session_ids), tenant, like_pattern(needle)))
-        return {sid for (sid,) in found}
-
     def _b_count_sessions(self, tenant: str, user: str | None, now: datetime) -> int:
         found = self._execute(self._q.count_sessions[user is not None],
                               {"tenant": tenant, "user": user, "now": now})
@@ -316,14 +311,6 @@ class PostgresStore(IndexedSearch, BaseStore):
         out: list[Row | None] = [None] * len(spans)
         for i, row in self._page_rows(self._q.first_user, tenant, spans):
             out[i] = row
-        return out
-
-    def _b_rows_containing(self, tenant: str, spans: Sequence[Span], needle: str,
-                           limit: int) -> list[list[Row]]:
-        out: list[list[Row]] = [[] for _ in spans]
-        for i, row in self._page_rows(self._q.containing, tenant, spans,
-                                      pattern=like_pattern(needle), limit=limit):
-            out[i].append(row)
         return out
 
     def _b_children(self, tenant: str, session_id: str) -> list[Session]:

@@ -370,30 +370,6 @@ class RedisStore(RedisSearch, BaseStore):
             start = "(" + members[-1]
         return out[:limit]
 
-    def _b_matching(self, tenant: str, session_ids: Sequence[str], needle: str) -> set[str]:
-        # each session's rows a chunk at a time (HSCAN), all sessions in one round trip
-        # per chunk; a session leaves the scan at its first match
-        wanted = needle.encode().lower()  # bytes.lower(): ASCII only, like SQL LIKE
-        pending: dict[str, int] = dict.fromkeys(session_ids, 0)
-        found: set[str] = set()
-        while pending:
-            pipe = self._r.pipeline(transaction=False)
-            scanned = list(pending)
-            for sid in scanned:
-                pipe.hscan(self._keys(tenant, sid).rows, pending[sid], count=500)
-            for sid, (cursor, rows) in zip(scanned, pipe.execute(), strict=True):
-                # the packed row holds the JSON verbatim: a cheap test first
-                if any(field != b"j" and wanted in value.lower()
-                       and wanted in unpack_row(0, value).data.lower()
-                       for field, value in rows.items()):
-                    found.add(sid)
-                    del pending[sid]
-                elif int(cursor) == 0:
-                    del pending[sid]
-                else:
-                    pending[sid] = int(cursor)
-        return found
-
     def _b_count_sessions(self, tenant: str, user: str | None, now: datetime) -> int:
         # the listing set's size, less its expired sessions (the expiry set holds them all,
         # usually few: each is read to check its incarnation and its user)
@@ -411,12 +387,6 @@ class RedisStore(RedisSearch, BaseStore):
     def _b_first_user_rows(self, tenant: str, spans: Sequence[Span]) -> list[Row | None]:
         found = self._scan_spans(tenant, spans, lambda row: row.role == "user", 1, batch=8)
         return [rows[0] if rows else None for rows in found]
-
-    def _b_rows_containing(self, tenant: str, spans: Sequence[Span], needle: str,
-                           limit: int) -> list[list[Row]]:
-        wanted = needle.encode().lower()  # bytes.lower(): ASCII only, like SQL LIKE
-        return self._scan_spans(tenant, spans, lambda row: wanted in row.data.lower(), limit,
-                                batch=256)
 
     def _scan_spans(self, tenant: str, spans: Sequence[Span], keep: Callable[[Row], bool],
                     limit: int, *, batch: int) -> list[list[Row]]:
