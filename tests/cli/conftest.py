@@ -2,31 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from clikit import Result, Run
 
 from chathistory.cli import main
-
-FIXTURES = Path(__file__).parent / "fixtures"
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-Run = Callable[..., Result]
 
 
 @pytest.fixture

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from clikit import FIXTURES, Run
 
 from chathistory import open_store
 from chathistory.server import auth
-from conftest import FIXTURES, Run
 
 CHATGPT = FIXTURES / "chatgpt_conversations.json"
 SHAREGPT = FIXTURES / "sharegpt_truncated.json"

@@ -9,11 +9,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from clikit import FIXTURES, Run
 
 from chathistory import InvalidMessage, ToolCall, ToolResult, open_store
 from chathistory.importers import detect_format, import_file
 from chathistory.model import FilePart, ImagePart, Reasoning
-from conftest import FIXTURES, Run
 
 CHATGPT = FIXTURES / "chatgpt_conversations.json"
 SHAREGPT = FIXTURES / "sharegpt_truncated.json"

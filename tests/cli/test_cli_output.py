@@ -7,10 +7,10 @@ import io
 import sys
 
 import pytest
+from clikit import FIXTURES
 
 from chathistory.cli import _output
 from chathistory.cli._output import Column, Progress, print_table
-from conftest import FIXTURES
 
 
 class Terminal(io.StringIO):

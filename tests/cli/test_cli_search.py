@@ -8,12 +8,12 @@ import io
 from typing import Any
 
 import pytest
+from clikit import Run
 
 from chathistory import Message
 from chathistory.cli import search as search_command
 from chathistory.stores import open_store
 from chathistory.stores.search import SearchHit
-from conftest import Run
 
 
 def _lines(out: str) -> list[str]:

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from conftest import FIXTURES, Run
+from clikit import FIXTURES, Run
 
 pytest.importorskip("uvicorn")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "server"))

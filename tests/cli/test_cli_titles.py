@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
+from clikit import Run
 
 from chathistory import Message, open_store
 from chathistory.stores.protocol import Store
-from conftest import Run
 
 if TYPE_CHECKING:
     from serverkit import Served  # tests/server (the keyed_server fixture puts it on the path)

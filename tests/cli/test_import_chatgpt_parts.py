@@ -8,12 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from clikit import FIXTURES
+
 from chathistory import History
 from chathistory.importers import import_file
 from chathistory.model import ImagePart
 from chathistory.stores import MemoryStore
 from chathistory.stores.model import Session
-from conftest import FIXTURES
 
 CHATGPT = FIXTURES / "chatgpt_conversations.json"
 

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from storekit import BACKENDS
 
 from chathistory import ContextWindow, HistoryProvider, Message
 from chathistory.stores import MemoryStore, Store
 from chathistory.stores.lifecycle import branch_state
 from chathistory.tokens import ApproxCounter
-from conftest import BACKENDS
 
 APPROX = ApproxCounter()
 
