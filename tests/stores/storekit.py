@@ -36,31 +36,37 @@ def make_sqlite(tmp_path: Path) -> BaseStore:
     return SQLiteStore(tmp_path / "test.db", counter="approx")
 
 
-def make_postgres(tmp_path: Path) -> BaseStore:
+def _server_store(what: str, build: Callable[[], BaseStore]) -> BaseStore:
+    """``build()``, skipped (failed under CI) with the reason when the server is
+    unreachable; a missing driver (an extra) raises."""
     try:
+        return build()
+    except ImportError:
+        raise
+    except Exception as exc:
+        unavailable(what, exc)
+        raise
+
+
+def make_postgres(tmp_path: Path) -> BaseStore:
+    def build() -> BaseStore:
         from chathistory.stores.postgres import PostgresStore
 
         # a schema of its own per test: tests never see each other's rows
         return PostgresStore(PG_URL, counter="approx", schema=f"t_{uuid.uuid4().hex[:12]}",
                              drop_schema_on_close=True)
-    except ImportError:
-        raise
-    except Exception as exc:
-        unavailable("PostgreSQL", exc)
-        raise
+
+    return _server_store("PostgreSQL", build)
 
 
 def make_redis(tmp_path: Path) -> BaseStore:
-    try:
+    def build() -> BaseStore:
         from chathistory.stores.redis import RedisStore
 
         return RedisStore(REDIS_URL, counter="approx", prefix=f"t{uuid.uuid4().hex[:12]}",
                           flush_prefix_on_close=True)
-    except ImportError:
-        raise
-    except Exception as exc:
-        unavailable("Redis", exc)
-        raise
+
+    return _server_store("Redis", build)
 
 
 BACKENDS: dict[str, Callable[[Path], BaseStore]] = {"memory": make_memory}
