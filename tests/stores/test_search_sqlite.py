@@ -10,7 +10,9 @@ import contextlib
 import hashlib
 import shutil
 import sqlite3
+import sys
 import time
+import unicodedata
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -612,6 +614,20 @@ def test_the_indexed_words_are_pinned_to_words_version() -> None:
 def test_the_fast_cut_of_ascii_text_is_words(text: str) -> None:
     """``words``' ASCII fast path cuts as its regex over the folded text does."""
     assert words(text) == search._WORD.findall(search._fold(text))
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text() | st.text(st.characters(categories=("Mn", "Mc", "Me", "Lu", "Ll"))))
+def test_the_fold_drops_exactly_the_combining_marks(text: str) -> None:
+    """``_fold``'s translation table drops what testing each character drops."""
+    decomposed = unicodedata.normalize("NFKD", text.lower())
+    expected = "".join(c for c in decomposed if not unicodedata.combining(c)).lower()
+    assert search._fold(text) == (text.lower() if text.isascii() else expected)
+
+
+def test_the_combining_marks_table_covers_every_code_point() -> None:
+    marks = {cp for cp in range(sys.maxunicode + 1) if unicodedata.combining(chr(cp))}
+    assert set(search._combining_marks()) == marks
 
 
 def test_query_plans_stay_on_the_index(store: SQLiteStore) -> None:
