@@ -134,6 +134,10 @@ MIGRATIONS: list[tuple[str, tuple[str | Callable[[sqlite3.Connection], None], ..
         _require_fts5,
         "CREATE VIRTUAL TABLE search_words USING fts5(words, content='', "
         "tokenize='ascii', detail=full)",
+        # merge 16 segments of a level rather than 4: each batch's insert 54 -> 37 us a
+        # message at 200,000 (merges are most of it), searches unchanged (0.03 ms a
+        # rare word, 2.7 ms a common one's 10,000 newest), 13% more index before merges
+        "INSERT INTO search_words (search_words, rank) VALUES ('automerge', 16)",
         """CREATE TABLE search_sessions (
             num INTEGER PRIMARY KEY AUTOINCREMENT, tenant TEXT NOT NULL,
             session_id TEXT NOT NULL, UNIQUE (tenant, session_id))""",
