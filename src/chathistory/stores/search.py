@@ -239,6 +239,18 @@ def row_matches(query: Query, row: Row) -> bool:
     return next(matching_rows(query, (row,)), None) is not None
 
 
+_SWITCH = {"on": True, "true": True, "1": True, "yes": True,
+           "off": False, "false": False, "0": False, "no": False}
+
+
+def search_option(value: str) -> bool:
+    """A store URL's ``search=`` value (``on``/``off``, or true/false, 1/0, yes/no)."""
+    found = _SWITCH.get(value.lower())
+    if found is None:
+        raise ValueError(f"search must be on or off, not {value!r}")
+    return found
+
+
 def parse_query(text: str) -> Query:
     """``InvalidArgument`` (naming ``q``) for a query without a word or with more than
     ``MAX_TERMS`` words."""

@@ -48,6 +48,7 @@ from ..tokens import TokenCounter
 from .backend import AppendTxn, Span, recent_key
 from .base import BaseStore
 from .model import SESSION_DECODER, Row, Session, make_row, utcnow
+from .search import search_option
 from .sqlite_schema import MIGRATIONS
 from .sqlite_search import AUTO_BUILD_ROWS, IndexedSearch, note_appended, unindex
 
@@ -58,8 +59,6 @@ T = TypeVar("T")
 log = logging.getLogger("chathistory.stores")
 
 _SYNCHRONOUS = ("NORMAL", "FULL", "EXTRA")
-_SWITCH = {"on": True, "true": True, "1": True, "yes": True,
-           "off": False, "false": False, "0": False, "no": False}
 SCAN_LIMIT = 20_000
 """Rows a search reads at most when it scans (``search=off``, or an index still being
 built): ``search_scan_limit``."""
@@ -256,9 +255,7 @@ class SQLiteStore(IndexedSearch, BaseStore):
             elif name == "synchronous":
                 options.setdefault("synchronous", value)
             elif name == "search":
-                if value.lower() not in _SWITCH:
-                    raise ValueError(f"search must be on or off, not {value!r}")
-                options.setdefault("search", _SWITCH[value.lower()])
+                options.setdefault("search", search_option(value))
             else:
                 raise ValueError(f"unknown SQLite URL option {name!r}")
         return cls(unquote(location), **options)
@@ -489,7 +486,7 @@ class SQLiteStore(IndexedSearch, BaseStore):
         with self.atomic() as conn:
             txn = _Txn(conn, tenant, session_id, self.search_indexed)
             result = fn(txn)
-        if txn.pending and not getattr(self._local, "atomic", 0):
+        if txn.pending and not self._in_transaction():
             try:  # committed: a failure here is the next search's to report
                 self._after_append(txn.pending)
             except sqlite3.Error:

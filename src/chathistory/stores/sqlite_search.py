@@ -431,9 +431,7 @@ class IndexedSearch:
     def search_index_state(self) -> IndexState:
         """The index's state as stored (``ready``, ``building`` with its position and
         rows done, ``stale``)."""
-        state, words, tenant, session_id, seq, done = self._fetch(_STATE, ())[0]
-        return IndexState(state, words, None if tenant is None else (tenant, session_id, seq),
-                          done)
+        return _state(*self._fetch(_STATE, ())[0])
 
     def build_search_index(self, *, batch: int | None = None,
                            progress: Progress | None = None) -> int:

@@ -23,6 +23,7 @@ from ...tokens import TokenCounter
 from ..backend import AppendTxn, Span, keep_bounded
 from ..base import BaseStore
 from ..model import SESSION_DECODER, Row, Session, make_row
+from ..search import search_option
 from .pool import Connections, Pool, configure
 from .queries import (
     NO_LIMIT,
@@ -44,8 +45,6 @@ _OPTIMISTIC_TRIES = 1  # optimistic plans an append tries before it takes the ro
 _RACED_SECONDS = 2.0  # after a lost race, appends to that session take the row lock
 _WRITTEN_SESSIONS = 4096  # sessions kept as this process last appended to them
 _MISSED = object()
-_SWITCH = {"on": True, "true": True, "1": True, "yes": True,
-           "off": False, "false": False, "0": False, "no": False}
 
 
 @functools.lru_cache(maxsize=_WRITTEN_SESSIONS)
@@ -221,9 +220,7 @@ class PostgresStore(IndexedSearch, BaseStore):
             if name in ("schema", "search_config"):
                 ours[name] = value
             elif name == "search":
-                if value.lower() not in _SWITCH:
-                    raise ValueError(f"search must be on or off, not {value!r}")
-                ours[name] = _SWITCH[value.lower()]
+                ours[name] = search_option(value)
             elif name in ("pool_size", "partitions"):
                 ours[name] = int(value)
             elif name == "pool_timeout":
