@@ -19,7 +19,7 @@ from test_redis import REDIS_URL
 from chathistory import Message
 from chathistory.model import ToolCall, ToolResult
 from chathistory.stores import open_store
-from chathistory.stores.browse import _own_span
+from chathistory.stores.backend import own_span
 from chathistory.stores.model import MESSAGE_DECODER
 from chathistory.stores.redis import RedisStore
 from chathistory.stores.redis.keys import escape
@@ -172,7 +172,7 @@ def test_sessions_matching_reads_own_rows_through_the_scan(redis_store: RedisSto
     redis_store.fork("a", first.id, new_session_id="fork")  # inherits "apple pie" only
     redis_store.append("fork", [Message.user("durian")])
     def match(query: str, ids: list[str]) -> set[str]:
-        spans = [_own_span(redis_store.get_session(sid)) for sid in ids]
+        spans = [own_span(redis_store.get_session(sid)) for sid in ids]
         return redis_store.sessions_matching("default", parse_query(query), spans)
 
     assert match("banana", ["a", "b", "c", "fork"]) == {"a", "c"}

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import msgspec
 
 from ..model import Message
+from ..stores.backend import own_span
 from ..stores.base import Store
 from ..stores.browse import Browse
 from ..stores.model import Page, Session
@@ -24,7 +25,7 @@ from ..stores.search import SNIPPET_CHARS, Query, parse_query, search_text, word
 from ..stores.search import snippet as search_snippet
 from ..stores.sessions import count_listed
 from ..titles import PREVIEW_LIMIT, plain_preview, session_title
-from .wire import encode_session, utf16_offsets
+from .wire import encode_session, utf16_marks
 
 __all__ = ["SEARCH_COUNT_LIMIT", "SNIPPET_WIDTH", "ListedSession", "SessionList", "Snippet",
            "listing_json", "snippet"]
@@ -80,9 +81,8 @@ def snippet(message: Message, query: Query | str) -> Snippet | None:
     text, marks = search_snippet(search_text(message), parsed)
     if not marks:
         return None
-    units = utf16_offsets(text)
     return Snippet(message_id=message.id, role=message.role, text=text,
-                   match=[(units[start], units[end]) for start, end in marks])
+                   match=utf16_marks(text, marks))
 
 
 def _first_user_messages(store: Store, tenant: str, sessions: Sequence[Session]
@@ -105,8 +105,8 @@ def _text_matches(store: Store, tenant: str, sessions: Sequence[Session], query:
     parsed = parse_query(query)
     out: dict[str, Message] = {}
     for s in sessions:
-        own = s.fork_seq if s.parent_id is not None else 0
-        stop = min(s.message_count, own + _FALLBACK_ROWS)
+        _sid, own, count = own_span(s)
+        stop = min(count, own + _FALLBACK_ROWS)
         hit = next((m for m in store.range(s.id, own, stop, tenant=tenant)
                     if parsed.matches(words(search_text(m)))), None)
         if hit is not None:

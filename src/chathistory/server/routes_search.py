@@ -16,7 +16,7 @@ from ..model import Message
 from ..stores.search import MAX_LIMIT, SearchPage
 from .app import Context, Endpoint, Param, call_store
 from .errors import BadRequest
-from .wire import JSON_TYPE, metadata_filters, query_int, query_str, utf16_offsets
+from .wire import JSON_TYPE, metadata_filters, query_int, query_str, utf16_marks
 
 __all__ = ["ROUTES", "SearchResult", "SearchResults", "search_json"]
 
@@ -56,10 +56,9 @@ def search_json(page: SearchPage) -> bytes:
     """The JSON of a ``GET /v1/search`` answer: ``page`` with its marks in UTF-16."""
     items = []
     for hit in page.items:
-        units = utf16_offsets(hit.snippet)
         items.append(SearchResult(session_id=hit.session_id, seq=hit.seq, message=hit.message,
                                   score=hit.score, snippet=hit.snippet,
-                                  marks=[(units[a], units[b]) for a, b in hit.marks]))
+                                  marks=utf16_marks(hit.snippet, hit.marks)))
     return _encode(SearchResults(items=items, next_cursor=page.next_cursor,
                                  scanned=page.scanned))
 

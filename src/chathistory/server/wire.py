@@ -12,7 +12,7 @@ import operator
 import re
 import types
 import typing
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -360,6 +360,12 @@ def utf16_offsets(text: str) -> list[int]:
     for ch in text:
         out.append(out[-1] + (2 if ord(ch) > 0xFFFF else 1))
     return out
+
+
+def utf16_marks(text: str, marks: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``[start, end)`` marks of ``text`` in code points, in UTF-16 code units."""
+    units = utf16_offsets(text)
+    return [(units[start], units[end]) for start, end in marks]
 
 
 def url_safe_id(value: str | None, path: str) -> str | None:

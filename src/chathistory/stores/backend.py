@@ -32,7 +32,7 @@ from typing import Protocol, TypeVar
 
 from .model import Row, Session
 
-__all__ = ["AppendTxn", "Backend", "Span", "keep_bounded", "recent_key"]
+__all__ = ["AppendTxn", "Backend", "Span", "keep_bounded", "own_span", "recent_key"]
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -224,6 +224,13 @@ class Backend(abc.ABC):
         """Optional: the store's own clock (one round trip), which then judges every TTL
         (``clock.py``); None when it is this machine's."""
         return None
+
+
+def own_span(session: Session) -> Span:
+    """The rows a session stores itself, as a ``Span`` (a fork's start after its shared
+    prefix)."""
+    return (session.id, session.fork_seq if session.parent_id is not None else 0,
+            session.message_count)
 
 
 def recent_key(session: Session) -> str:

@@ -21,9 +21,9 @@ import msgspec
 
 from ..errors import InvalidArgument, NotFound
 from ..model import Message
-from .backend import Span
+from .backend import Span, own_span
 from .model import MESSAGE_DECODER, Row, Session
-from .search import Query, Searching, parse_query, row_matches
+from .search import Query, Searching, parse_query
 
 __all__ = ["INDEXED_SESSIONS", "Browse", "MetadataNeedle"]
 
@@ -60,12 +60,6 @@ class MetadataNeedle:
 
 
 _encode = msgspec.json.Encoder().encode
-
-
-def _own_span(session: Session) -> Span:
-    """The rows a session stores itself (a fork's start after its shared prefix)."""
-    return (session.id, session.fork_seq if session.parent_id is not None else 0,
-            session.message_count)
 
 
 
@@ -125,7 +119,7 @@ class Browse(Searching):
                     indexed = everywhere
             found = {s.id for s in batch if needle.in_session(s)}
             # a session without rows of its own has no message to match
-            rest = [span for span in map(_own_span, batch)
+            rest = [span for span in map(own_span, batch)
                     if span[0] not in found and span[1] < span[2]]
             if indexed is not None:
                 found.update(indexed.intersection(span[0] for span in rest))
@@ -146,17 +140,18 @@ class Browse(Searching):
         if not isinstance(query, str):
             raise InvalidArgument("query must be a string")
         parsed = parse_query(query)
-        by_tenant: dict[str, list[Session]] = {}
+        by_tenant: dict[str, list[Span]] = {}
         for session in sessions:
-            if session.message_count > _own_span(session)[1]:
-                by_tenant.setdefault(session.tenant, []).append(session)
+            span = own_span(session)
+            if span[1] < span[2]:
+                by_tenant.setdefault(session.tenant, []).append(span)
         out: dict[str, Message] = {}
-        for tenant, group in by_tenant.items():
-            rows = self._best_rows(tenant, parsed, [_own_span(s) for s in group])
+        for tenant, spans in by_tenant.items():
+            rows = self._best_rows(tenant, parsed, spans)
             if rows is None:
                 rows = {}
-                for span in map(_own_span, group):
-                    row = self._first_matching_row(tenant, parsed, span)
+                for span in spans:
+                    row = self.first_match(tenant, parsed, span, _BATCH)
                     if row is not None:
                         rows[span[0]] = row
             out.update((sid, MESSAGE_DECODER.decode(row.data)) for sid, row in rows.items())
@@ -180,15 +175,6 @@ class Browse(Searching):
                     if one:
                         best[span[0]] = one[0][3]
         return best
-
-    def _first_matching_row(self, tenant: str, query: Query, span: Span) -> Row | None:
-        session_id, lo, hi = span
-        for start in range(lo, hi, _BATCH):
-            rows = self._b_rows(tenant, session_id, start, min(start + _BATCH, hi))
-            hit = next((r for r in rows if row_matches(query, r)), None)
-            if hit is not None:
-                return hit
-        return None
 
     def _first_user_rows(self, tenant: str, spans: Sequence[Span]) -> list[Row | None]:
         found = self._b_first_user_rows(tenant, spans)

@@ -35,7 +35,7 @@ import msgspec
 from ..errors import InvalidArgument
 from ..model import Message
 from ..model.parts import AudioPart, FilePart, TextPart, ToolCall, ToolResult
-from .backend import Span, recent_key
+from .backend import Span, own_span, recent_key
 from .model import DEFAULT_TENANT, MESSAGE_DECODER, Row, Session
 from .reads import Reads
 
@@ -456,8 +456,7 @@ class Searching(Reads):
         after: tuple[str, str] | None = None
         while True:
             page = self._b_list_sessions(tenant, after, 200, user, recent=True)
-            for s in page:
-                yield (s.id, s.fork_seq if s.parent_id is not None else 0, s.message_count)
+            yield from map(own_span, page)
             if len(page) < 200:
                 return
             last = page[-1]
@@ -494,14 +493,19 @@ class Searching(Reads):
         found = self._b_search_sessions(tenant, query, [s[0] for s in spans], len(spans))
         if found is not None:
             return found
-        out: set[str] = set()
-        for sid, lo, hi in spans:
-            for start in range(lo, hi, 256):
-                rows = self._b_rows(tenant, sid, start, min(hi, start + 256))
-                if any(True for _ in matching_rows(query, rows)):
-                    out.add(sid)
-                    break
-        return out
+        return {span[0] for span in spans if self.first_match(tenant, query, span) is not None}
+
+    def first_match(self, tenant: str, query: Query, span: Span, batch: int = 256
+                    ) -> Row | None:
+        """The first row of ``span`` that ``query`` matches, read ``batch`` rows at a
+        time (no index: the rows themselves)."""
+        session_id, lo, hi = span
+        for start in range(lo, hi, batch):
+            rows = self._b_rows(tenant, session_id, start, min(hi, start + batch))
+            hit = next(matching_rows(query, rows), None)
+            if hit is not None:
+                return hit[0]
+        return None
 
 
 _MISSING = object()

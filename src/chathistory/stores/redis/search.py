@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..backend import Span
+from ..backend import Span, own_span
 from ..model import MESSAGE_DECODER, Row, Session
 from ..search import Cursor, Query, Searching, rank_key, row_test, search_text, words
 from .keys import KeyLayout, unpack_data, unpack_row
@@ -126,8 +126,7 @@ class RedisSearch(KeyLayout, Searching):
         sessions in one round trip, tested on their bytes before decoding."""
         if session_ids is None:
             return None
-        spans = [(s.id, s.fork_seq if s.parent_id is not None else 0, s.message_count)
-                 for _inc, _epoch, s in filter(None, self._load(tenant, session_ids))]
+        spans = [own_span(s) for _inc, _epoch, s in filter(None, self._load(tenant, session_ids))]
         test = row_test(query)
         found: set[str] = set()
         for session_id, _seq, packed in self._rows_newest_first(tenant, spans):
