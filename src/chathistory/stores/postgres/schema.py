@@ -11,7 +11,7 @@ import psycopg
 
 from ..model import SESSION_DECODER
 from ..regroup import regroup_spans
-from ..sqlite_search import WORDS_VERSION
+from ..search import WORDS_VERSION
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _PER_MESSAGE = ("messages", "message_ids", "calls")  # partitioned with partitions=N
@@ -224,7 +224,7 @@ def _m005_search(conn: psycopg.Connection[Any], schema: str, partitions: int | N
     ``search=off`` store writes), a GIN index over them, the rows still without words
     (``messages_unindexed``: a tenant with any is searched by a scan; the fill walks
     them), and ``search_index``: the index's configuration, the version of the words
-    its rows hold (``sqlite_search.WORDS_VERSION``: the engine's tokenizer) and where an
+    its rows hold (``search.WORDS_VERSION``: the engine's tokenizer) and where an
     interrupted fill stopped. Adding the column rewrites nothing; both indexes start
     empty."""
     s = quote_schema(schema)

@@ -344,10 +344,11 @@ class IndexedSearch:
         words when the schema holds no message yet, and fills it when few rows lack
         their words; else it says once what ``build_search_index`` would do. Its
         appends write no words where the index holds a newer tokenizer's."""
-        config, version, _position, left = self._index_state(conn)
-        self.search_writes_words = self.search_indexed and version <= WORDS_VERSION
         if not self.search_indexed:
+            self.search_writes_words = False
             return
+        config, version, _position, left = self._index_state(conn)
+        self.search_writes_words = version <= WORDS_VERSION
         if config == self.search_config and version == WORDS_VERSION:
             if 0 < left <= AUTO_BUILD_ROWS:
                 self._fill(conn, 1000, None)

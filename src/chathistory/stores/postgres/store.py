@@ -34,7 +34,7 @@ from .queries import (
     session_params,
     sessions_of,
 )
-from .schema import check_config, migrate, quote_schema
+from .schema import SEARCH_CONFIG, check_config, migrate, quote_schema
 from .search import IndexedSearch, Statements, row_words
 from .wire import Prepared, run_prepared
 
@@ -295,11 +295,11 @@ class PostgresStore(IndexedSearch, BaseStore):
                               {"tenant": tenant, "user": user, "now": now})
         return int(found[0][0])
 
-    def _page_rows(self, query: str, tenant: str, spans: Sequence[Span],
-                   **params: Any) -> list[tuple[int, Row]]:
+    def _page_rows(self, query: str, tenant: str, spans: Sequence[Span]
+                   ) -> list[tuple[int, Row]]:
         """``(index of the span, row)`` of a statement over ``spans`` (``Queries``)."""
         values = {"ids": [s[0] for s in spans], "los": [s[1] for s in spans],
-                  "his": [s[2] for s in spans], "tenant": tenant, **params}
+                  "his": [s[2] for s in spans], "tenant": tenant}
         with self._connections.connection() as conn:
             found = conn.cursor(binary=True).execute(query, values).fetchall()
         return [(int(r[0]) - 1, make_row(r[1:])) for r in found]
@@ -537,7 +537,7 @@ def _config_of(conn: psycopg.Connection[Any], schema: str, asked: str | None) ->
     if asked is None:
         found = conn.execute(f"SELECT config FROM {quote_schema(schema)}.search_index"
                              ).fetchone()
-        return str(found[0]) if found else "simple"
+        return str(found[0]) if found else SEARCH_CONFIG
     if conn.execute("SELECT 1 FROM pg_ts_config WHERE cfgname = %s", (asked,)).fetchone() is None:
         raise ValueError(f"search_config: PostgreSQL has no text search configuration {asked!r}")
     return asked
