@@ -144,11 +144,8 @@ def _holds_compaction(message: Message) -> bool:
 
 def _noted_compactions(session: Session, positions: list[int]) -> tuple[list[int], int]:
     """The session's compaction bookkeeping with ``positions`` (new messages holding a
-    ``Compaction``) added: the newest ``COMPACTIONS_KEPT`` listed, the others counted.
-    An empty session has none, whatever it carries (an imported session arrives with
-    its exporter's bookkeeping and no messages)."""
-    listed, before = (session.compactions, session.compactions_before
-                      ) if session.message_count else ([], 0)
+    ``Compaction``) added: the newest ``COMPACTIONS_KEPT`` listed, the others counted."""
+    listed, before = session.compactions, session.compactions_before
     if not positions:
         return listed, before
     listed = [*listed, *positions]

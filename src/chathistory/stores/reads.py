@@ -274,8 +274,7 @@ class Reads(Sessions):
     def _since_compaction_rows(self, session_id: str, tenant: str, keep_system: bool
                                ) -> list[Row]:
         session = self.get_session(session_id, tenant=tenant)
-        listed = [seq for seq in session.compactions if seq < session.message_count]
-        at = listed[-1] if listed else 0
+        at = session.compactions[-1] if session.compactions else 0
         chosen: list[Sequence[Row]] = []  # newest group first
         start = at
         for group in self._groups_backward(session, at):

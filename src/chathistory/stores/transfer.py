@@ -178,7 +178,8 @@ class Transfer(Lifecycle):
             return
         fresh = msgspec.structs.replace(
             session, tenant=tenant, version=0, message_count=0, token_count=0,
-            ends_reasoning_only=False, fork_seq=0, joined=[], root_id=session.id)
+            ends_reasoning_only=False, fork_seq=0, joined=[], root_id=session.id,
+            compactions=[], compactions_before=0)
         self._insert_fresh(fresh)
 
 
