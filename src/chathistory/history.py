@@ -42,7 +42,7 @@ from .errors import DuplicateMessage, InvalidMessage
 from .groups import Groups
 from .model import KEPT_ROLES, Compaction, FilePart, KVStatus, Message, ToolCall, ToolResult
 from .model.codec import decode_document, encode_document
-from .model.parts import ImagePart, MediaPart, TextPart
+from .model.parts import ImagePart, MediaPart, TextPart, holds_compaction
 from .reduce.base import AsyncReducer, Reducer, as_reducer
 from .tokens import TokenCounter, cached_count, get_counter
 
@@ -514,7 +514,7 @@ class History(MutableSequence[Message]):
         messages = self._messages
         n = len(messages)
         start = next((i for i in range(n - 1, -1, -1)
-                      if any(type(p) is Compaction for p in messages[i].parts)), 0)
+                      if holds_compaction(messages[i].parts)), 0)
         start, _ = self._grouped().widen(start, n)
         tail = self._take(start, n)
         if keep_system:

@@ -22,7 +22,7 @@ import msgspec
 
 from ..errors import InvalidMessage
 from .message import Message
-from .parts import Attachment, Compaction, MediaPart, Part, ToolResult
+from .parts import Attachment, MediaPart, Part, ToolResult, holds_compaction
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -156,7 +156,7 @@ def encode_document(messages: Iterable[Message], metadata: dict[str, Any] | None
     for msg in messages:
         if _has_inline_media(msg):
             msg = msgspec.structs.replace(msg, parts=[strip_part(p, assets) for p in msg.parts])
-        if any(type(p) is Compaction for p in msg.parts):
+        if holds_compaction(msg.parts):
             version = COMPACTION_SCHEMA_VERSION
         out.append(msg)
     doc = Document(schema_version=version, messages=out, assets=assets,

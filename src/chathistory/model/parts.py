@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Iterable
 from typing import Annotated, Any, TypeAlias
 
 import msgspec
@@ -31,6 +32,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "bare_mime",
+    "holds_compaction",
     "new_id",
 ]
 
@@ -326,3 +328,9 @@ class Compaction(_Part, tag="compaction", frozen=True):
 Part: TypeAlias = (TextPart | ImagePart | AudioPart | FilePart | ToolCall | ToolResult | Reasoning
                    | Compaction)
 """Any content part; JSON carries the kind in ``type``."""
+
+
+def holds_compaction(parts: Iterable[Part]) -> bool:
+    """Whether any of ``parts`` is a ``Compaction`` (a message that compacts the ones
+    before it)."""
+    return any(type(p) is Compaction for p in parts)

@@ -15,8 +15,9 @@ import msgspec
 
 from ..errors import Conflict, InvalidMessage, NotFound
 from ..groups import Groups
-from ..model import Compaction, Message, ToolCall, ToolResult
+from ..model import Message, ToolCall, ToolResult
 from ..model.codec import encode, strip_part
+from ..model.parts import holds_compaction
 from ..tokens import cached_count
 from .backend import AppendTxn
 from .checks import check_json, validated
@@ -103,8 +104,8 @@ class Appending(Reads):
                 clear = (max(lo, session.fork_seq), first)
                 if lo < session.fork_seq:
                     joined = [*joined, [lo, session.fork_seq]]
-            compactions, before = _noted_compactions(
-                session, [first + k for k, (m, _t) in enumerate(fresh) if _holds_compaction(m)])
+            compactions, before = _noted_compactions(session, [
+                first + k for k, (m, _t) in enumerate(fresh) if holds_compaction(m.parts)])
             updated = msgspec.structs.replace(
                 session, version=version, updated_at=utcnow(), message_count=first + len(rows),
                 token_count=cum, ends_reasoning_only=groups.ends_reasoning_only, joined=joined,
@@ -136,10 +137,6 @@ class Appending(Reads):
                 break
             found.update(self._b_find_calls(owner.tenant, owner.id, rest, hi))
         return found
-
-
-def _holds_compaction(message: Message) -> bool:
-    return any(type(p) is Compaction for p in message.parts)
 
 
 def _noted_compactions(session: Session, positions: list[int]) -> tuple[list[int], int]:

@@ -18,7 +18,8 @@ from typing import Any
 import msgspec
 
 from ..errors import Conflict, InvalidMessage, NotFound
-from ..model import Compaction, KVStatus, Message, new_id
+from ..model import KVStatus, Message, new_id
+from ..model.parts import holds_compaction
 from .checks import check_id
 from .engine import Engine
 from .errors import translate_store_error
@@ -201,8 +202,8 @@ class Lifecycle(Engine):
         while hi > 0:
             lo = max(0, hi - batch)
             for row in reversed(self._read(session, lo, hi)):
-                if b'"compaction"' in row.data and any(
-                        type(p) is Compaction for p in MESSAGE_DECODER.decode(row.data).parts):
+                if b'"compaction"' in row.data and holds_compaction(
+                        MESSAGE_DECODER.decode(row.data).parts):
                     yield row.seq
             hi, batch = lo, min(batch * 2, 4096)
 
