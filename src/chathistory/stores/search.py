@@ -446,11 +446,7 @@ class Searching(Reads):
                 read += len(rows)
                 found.extend((query.score(got), sid, row.seq, row)
                              for row, got in matching_rows(query, rows))
-        found.sort(key=rank_key)
-        if after is not None:
-            mark = rank_key((*after, None))
-            found = [f for f in found if rank_key(f) > mark]
-        return found[:limit], read
+        return ranked_after(found, after, limit), read
 
     def _search_spans(self, tenant: str, user: str | None) -> Iterable[Span]:
         after: tuple[str, str] | None = None
@@ -514,3 +510,12 @@ _MISSING = object()
 def rank_key(hit: tuple[float, str, int, Any]) -> tuple[float, str, int]:
     """The order of hits: score descending, then session id and seq ascending."""
     return (-hit[0], hit[1], hit[2])
+
+
+def ranked_after(found: Iterable[tuple[float, str, int, Row]], after: Cursor | None,
+                 limit: int) -> list[tuple[float, str, int, Row]]:
+    """The first ``limit`` hits of ``found`` in ``rank_key`` order, strictly after
+    ``after`` (a page's cursor) in that order."""
+    mark = None if after is None else rank_key((*after, None))
+    return sorted((f for f in found if mark is None or rank_key(f) > mark),
+                  key=rank_key)[:limit]

@@ -45,7 +45,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from .backend import Span
 from .model import Row
-from .search import WORDS_VERSION, Cursor, Query, indexed_words, matching_rows, rank_key
+from .search import WORDS_VERSION, Cursor, Query, indexed_words, matching_rows, ranked_after
 
 __all__ = ["AUTO_BUILD_ROWS", "BACKLOG", "FLUSH_AT", "FLUSH_BYTES", "RANK_LIMIT",
            "SPAN_CANDIDATES", "WORDS_VERSION", "IndexState", "IndexedSearch",
@@ -606,9 +606,7 @@ class IndexedSearch:
         for num, seqs in by_num.items():
             sid = sessions[num]
             found.extend(_scored(query, sid, self._rows_at(tenant, sid, sorted(seqs))))
-        mark = None if after is None else rank_key((*after, None))
-        return sorted((f for f in found if mark is None or rank_key(f) > mark),
-                      key=rank_key)[:limit]
+        return ranked_after(found, after, limit)
 
     @staticmethod
     def _spans_params(match: str, ranges: Sequence[tuple[int, int, int]], candidates: int

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..backend import Span, own_span
 from ..model import MESSAGE_DECODER, Row, Session
-from ..search import Cursor, Query, Searching, rank_key, row_test, search_text, words
+from ..search import Cursor, Query, Searching, ranked_after, row_test, search_text, words
 from .keys import KeyLayout, unpack_data, unpack_row
 
 __all__ = ["CANDIDATE_COST", "SCAN_LIMIT", "RedisSearch"]
@@ -113,11 +113,7 @@ class RedisSearch(KeyLayout, Searching):
             got = words(search_text(MESSAGE_DECODER.decode(row.data)))
             if query.matches(got):
                 found.append((query.score(got), session_id, seq, row))
-        found.sort(key=rank_key)
-        if after is not None:
-            mark = rank_key((*after, None))
-            found = [f for f in found if rank_key(f) > mark]
-        return found[:limit], read
+        return ranked_after(found, after, limit), read
 
     def _b_search_sessions(self, tenant: str, query: Query, session_ids: Sequence[str] | None,
                            limit: int) -> set[str] | None:
