@@ -240,9 +240,9 @@ def test_listing_search_uses_one_index_read_past_the_first_batch(
     calls: list[Any] = []
     original = store._b_search_sessions
 
-    def spy(tenant: str, query: Any, session_ids: Any, limit: int) -> Any:
-        calls.append(session_ids)
-        return original(tenant, query, session_ids, limit)
+    def spy(tenant: str, query: Any, spans: Any, limit: int) -> Any:
+        calls.append(spans)
+        return original(tenant, query, spans, limit)
 
     monkeypatch.setattr(store, "_b_search_sessions", spy)
     assert [s.id for s in store.list_sessions(query="rare", limit=5).items] == ["r007", "r199"]

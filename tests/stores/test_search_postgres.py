@@ -151,7 +151,8 @@ def test_the_index_scan_reads_only_the_tenants_rows(fresh: PostgresStore) -> Non
     assert got is not None and sorted((sid, seq) for _s, sid, seq, _r in got) == [
         ("a", 0), ("b", 0)]
     assert fresh._b_search_sessions("t1", parse_query("zebra"), None, 10) == {"a", "b"}
-    assert fresh._b_search_sessions("t1", parse_query("zebra"), ["a", "c"], 10) == {"a"}
+    assert fresh._b_search_sessions("t1", parse_query("zebra"), [("a", 0, 1), ("c", 0, 0)],
+                                    10) == {"a"}
     plan = _explain(fresh, fresh._search.search[False, False, False],
                     _params(fresh, "t1", "zebra"), analyze=True)
     index_rows = [line for line in plan.splitlines() if "Bitmap Index Scan" in line]

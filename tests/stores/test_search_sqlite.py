@@ -116,7 +116,8 @@ def test_the_index_answers_without_a_scan(store: SQLiteStore,
     parsed = parse_query("cafe")
     assert store._b_search("default", parsed, None, None, None, 10) is not None
     assert store._b_search_sessions("default", parsed, None, 10) == {"a", "b"}
-    assert store._b_search_sessions("default", parsed, ["b", "nope"], 10) == {"b"}
+    assert store._b_search_sessions("default", parsed, [("b", 0, 2), ("nope", 0, 0)], 10
+                                    ) == {"b"}
     page = store.search("cafe")
     assert page.scanned is None
     assert {(h.session_id, h.seq) for h in page.items} == {("a", 0), ("a", 1), ("b", 0)}
@@ -203,7 +204,8 @@ def test_the_index_finds_what_the_reference_finds(shared: SQLiteStore, texts: li
         assert {(sid, seq) for _score, sid, seq, _row in in_spans} == expected, q
         sessions = {s for s, _k in expected}
         assert shared._b_search_sessions(tenant, parsed, None, 10) == sessions
-        assert shared._b_search_sessions(tenant, parsed, ["t", "s", "none"], 10) == sessions
+        assert shared._b_search_sessions(tenant, parsed, [("t", 0, 99), ("s", 0, 99),
+                                                          ("none", 0, 0)], 10) == sessions
 
 
 # ---------------------------------------------------------------- the tenant
@@ -249,8 +251,8 @@ def test_a_search_never_leaves_its_tenant_even_when_prefixes_collide(
         for word in ("okapi", "oka*"):  # a prefix term takes other statements
             assert store._b_search_sessions(tenant, parse_query(word), None, 10) == {
                 "same", f"own-{tenant}"}
-            assert store._b_search_sessions(tenant, parse_query(word),
-                                            ["same", f"own-{other}"], 10) == {"same"}
+            assert store._b_search_sessions(tenant, parse_query(word), [
+                ("same", 0, 1), (f"own-{other}", 0, 1)], 10) == {"same"}
             assert {h.session_id for h in store.search(word, tenant=tenant,
                                                        session_id="same").items} == {"same"}
         assert store.search(other, tenant=tenant).items == []

@@ -470,12 +470,13 @@ class Searching(Reads):
         return None
 
 
-    def _b_search_sessions(self, tenant: str, query: Query, session_ids: Sequence[str] | None,
+    def _b_search_sessions(self, tenant: str, query: Query, spans: Sequence[Span] | None,
                            limit: int) -> set[str] | None:
-        """Optional, a backend's index: of ``session_ids`` (every session of the
-        tenant when None), those with an own row matching ``query``; at most ``limit``
-        of them (any ``limit`` when more match). None: no index; the engine reads the
-        rows of the sessions it is given (``sessions_matching``)."""
+        """Optional, a backend's index: of the sessions of ``spans`` (``own_span`` of
+        each; every session of the tenant when None), those with an own row matching
+        ``query``; at most ``limit`` of them (any ``limit`` when more match). None: no
+        index; the engine reads the rows of the sessions it is given
+        (``sessions_matching``)."""
         return None
 
     def sessions_matching(self, tenant: str, query: Query, spans: Sequence[Span]
@@ -486,7 +487,7 @@ class Searching(Reads):
         by the page of sessions it is given)."""
         if not spans:
             return set()
-        found = self._b_search_sessions(tenant, query, [s[0] for s in spans], len(spans))
+        found = self._b_search_sessions(tenant, query, spans, len(spans))
         if found is not None:
             return found
         return {span[0] for span in spans if self.first_match(tenant, query, span) is not None}

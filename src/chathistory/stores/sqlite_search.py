@@ -615,8 +615,9 @@ class IndexedSearch:
                 "lo": min(_rowid(num, lo) for num, lo, _hi in ranges),
                 "hi": max(_rowid(num, hi) for num, _lo, hi in ranges)}
 
-    def _b_search_sessions(self, tenant: str, query: Query, session_ids: Sequence[str] | None,
+    def _b_search_sessions(self, tenant: str, query: Query, spans: Sequence[Span] | None,
                            limit: int) -> set[str] | None:
+        session_ids = None if spans is None else [sid for sid, _lo, _hi in spans]
         if not self._ready_index():
             return None
         match = match_expression(tenant_prefix(tenant), query)

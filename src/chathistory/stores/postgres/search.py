@@ -293,19 +293,20 @@ class IndexedSearch:
             if len(found) < page:
                 return out
 
-    def _b_search_sessions(self, tenant: str, query: Query, session_ids: Sequence[str] | None,
+    def _b_search_sessions(self, tenant: str, query: Query, spans: Sequence[Span] | None,
                            limit: int) -> set[str] | None:
+        session_ids = None if spans is None else [sid for sid, _lo, _hi in spans]
         if not self.search_indexed:
             return None
         if session_ids is not None and not session_ids:
             return set()
         text, recheck = plan(query)
         if recheck is not None:  # phrases: the best rows of those sessions, checked
-            spans = None if session_ids is None else [(i, 0, NO_LIMIT) for i in session_ids]
+            whole = None if session_ids is None else [(i, 0, NO_LIMIT) for i in session_ids]
             found: set[str] = set()
             after: Cursor | None = None
             while len(found) < limit:
-                hits = self._b_search(tenant, query, spans, None, after, 100)
+                hits = self._b_search(tenant, query, whole, None, after, 100)
                 if hits is None:
                     return None
                 found.update(sid for _score, sid, _seq, _row in hits)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..backend import Span, own_span
+from ..backend import Span
 from ..model import MESSAGE_DECODER, Row, Session
 from ..search import Cursor, Query, Searching, ranked_after, row_test, search_text, words
 from .keys import KeyLayout, unpack_data, unpack_row
@@ -115,14 +115,13 @@ class RedisSearch(KeyLayout, Searching):
                 found.append((query.score(got), session_id, seq, row))
         return ranked_after(found, after, limit), read
 
-    def _b_search_sessions(self, tenant: str, query: Query, session_ids: Sequence[str] | None,
+    def _b_search_sessions(self, tenant: str, query: Query, spans: Sequence[Span] | None,
                            limit: int) -> set[str] | None:
-        """Of ``session_ids`` (a listing's page; None, the whole tenant, is left to the
-        engine), those with an own row that matches: their rows newest first, many
-        sessions in one round trip, tested on their bytes before decoding."""
-        if session_ids is None:
+        """Of the sessions of ``spans`` (a listing's page; None, the whole tenant, is
+        left to the engine), those with an own row that matches: their rows newest
+        first, many sessions in one round trip, tested on their bytes before decoding."""
+        if spans is None:
             return None
-        spans = [own_span(s) for _inc, _epoch, s in filter(None, self._load(tenant, session_ids))]
         test = row_test(query)
         found: set[str] = set()
         for session_id, _seq, packed in self._rows_newest_first(tenant, spans):
