@@ -304,19 +304,24 @@ def test_a_flush_uses_words_cut_beforehand_only_for_the_same_data(store: SQLiteS
                       (second, prefix + "trusted")}
 
 
-def test_a_batch_of_large_rows_is_cut_by_its_bytes(store: SQLiteStore,
+@pytest.mark.parametrize("handed", [True, False], ids=["handed-off", "read-back"])
+def test_a_batch_of_large_rows_is_cut_by_its_bytes(store: SQLiteStore, handed: bool,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Pending rows are read and indexed at most ``FLUSH_BYTES`` at a time (the first row
-    of a batch always), not ``FLUSH_AT * 4`` rows of any size (512 pastes of 9 MB)."""
+    of a batch always), not ``FLUSH_AT * 4`` rows of any size (512 pastes of 9 MB):
+    rows handed off by the append, and rows read back from the database."""
     monkeypatch.setattr(sqlite_search, "FLUSH_BYTES", 2500)
+    if not handed:
+        monkeypatch.setattr(sqlite_search, "HANDOFF_ROW_BYTES", 0)
     taken: list[int] = []
-    real_flush = sqlite_search.flush
+    for name in ("flush", "flush_handed"):  # rows read back, and rows handed off
+        real = getattr(sqlite_search, name)
 
-    def counting(*args: Any, **kwargs: Any) -> int:
-        taken.append(real_flush(*args, **kwargs))
-        return taken[-1]
+        def counting(*args: Any, real: Any = real, **kwargs: Any) -> int:
+            taken.append(real(*args, **kwargs))
+            return taken[-1]
 
-    monkeypatch.setattr(sqlite_search, "flush", counting)
+        monkeypatch.setattr(sqlite_search, name, counting)
     store.create_session("s")
     big = "filler " * 150  # ~1 KB stored
     store.append("s", [Message.user(f"{big} row{k}") for k in range(7)]
@@ -354,6 +359,82 @@ def test_one_thread_cuts_a_backlog_the_others_wait_for_it(
         t.join()
     assert hits == [[39]] * 4
     assert sorted(cut) == sorted(set(cut)) and len(cut) == 40
+    assert_index_matches_rows(store)
+
+
+def _reads_back(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The rowids of pending rows the indexer reads back from the database (the rows it
+    was not handed)."""
+    read: list[int] = []
+    real = sqlite_search.pending_rows
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        found = real(*args, **kwargs)
+        read.extend(at for at, _t, _d in found)
+        return found
+
+    monkeypatch.setattr(sqlite_search, "pending_rows", counting)
+    return read
+
+
+def test_appended_rows_are_indexed_from_memory(store: SQLiteStore,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The indexer is handed each append's rows: it reads back from the database only a
+    row too large to hand off (``HANDOFF_ROW_BYTES``) and the rows past the handoff's
+    bytes (``HANDOFF_BYTES``), and the index is the same either way."""
+    read = _reads_back(monkeypatch)
+    monkeypatch.setattr(sqlite_search, "HANDOFF_ROW_BYTES", 600)
+    monkeypatch.setattr(sqlite_search, "HANDOFF_BYTES", 2000)
+    store.create_session("s")
+    store.append("s", [Message.user(f"small kiwi {k}") for k in range(5)])
+    store.append("s", [Message.user("kiwi " * 200)])  # ~1 KB: not handed off
+    store.append("s", [Message.user(f"{'pad ' * 100} kiwi {k}") for k in range(6)])
+    assert store._handoff_bytes <= 2000
+    assert len(store.search("kiwi", limit=100).items) == 12
+    num = store._conn.execute("SELECT num FROM search_sessions").fetchone()[0]
+    read_seqs = sorted({at - (num << 32) for at in read})
+    assert 5 in read_seqs and not set(read_seqs) & set(range(5)), read_seqs
+    assert len(read_seqs) < 7, read_seqs  # the handoff took some of the 400-byte rows
+    assert store._handoff_bytes == 0
+    assert_index_matches_rows(store)
+
+
+def test_a_row_handed_off_before_another_store_replaced_it_is_read_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another connection pops a row that is still pending and appends another in its
+    place (the same rowid): the row handed off before is stale, and the indexer reads
+    the row that is there (``PRAGMA data_version`` told it another connection wrote)."""
+    read = _reads_back(monkeypatch)
+    first = SQLiteStore(tmp_path / "two.db", counter="approx")
+    second = SQLiteStore(tmp_path / "two.db", counter="approx")
+    try:
+        first.create_session("s")
+        first.append("s", [Message.user("apricot")])  # handed off in first
+        second.pop("s")
+        second.append("s", [Message.user("blueberry")])  # the same position
+        assert [h.message.text for h in first.search("blueberry").items] == ["blueberry"]
+        assert first.search("apricot").items == []
+        assert len(set(read)) == 1
+        assert_index_matches_rows(first)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_row_handed_off_before_this_store_replaced_it_is_read_back(
+        store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same in one store: a pending row handed off, popped, and another appended in
+    its place inside a transaction of the caller (which hands nothing off): the pop
+    made the handed-off row stale (``_rows_changed``)."""
+    read = _reads_back(monkeypatch)
+    store.create_session("s")
+    store.append("s", [Message.user("apricot")])
+    store.pop("s")
+    with store.atomic():
+        store.append("s", [Message.user("blueberry")])
+    assert [h.message.text for h in store.search("blueberry").items] == ["blueberry"]
+    assert store.search("apricot").items == []
+    assert len(set(read)) == 1
     assert_index_matches_rows(store)
 
 

@@ -50,7 +50,7 @@ from .base import BaseStore
 from .model import SESSION_DECODER, Row, Session, make_row, utcnow
 from .search import search_option
 from .sqlite_schema import MIGRATIONS
-from .sqlite_search import AUTO_BUILD_ROWS, IndexedSearch, note_appended, unindex
+from .sqlite_search import AUTO_BUILD_ROWS, IndexedSearch, Pended, note_appended, unindex
 
 __all__ = ["MIGRATIONS", "SQLiteStore"]
 
@@ -153,14 +153,16 @@ def _rows(cursor: Iterable[Sequence[Any]]) -> list[Row]:
 
 class _Txn(AppendTxn):
     """``AppendTxn`` over a connection inside ``BEGIN IMMEDIATE``. ``search``: whether
-    the store keeps the search index; ``pending``: rows left to index after ``write``."""
+    the store keeps the search index; ``pending``: what ``write`` added to the rows left
+    to index."""
 
     __slots__ = ("conn", "pending", "search", "session", "session_id", "tenant")
 
     def __init__(self, conn: sqlite3.Connection, tenant: str, session_id: str,
                  search: bool) -> None:
         self.conn, self.tenant, self.session_id = conn, tenant, session_id
-        self.search, self.pending = search, 0
+        self.search = search
+        self.pending: Pended | None = None
         found = conn.execute(_GET_SESSION, (tenant, session_id)).fetchone()
         self.session: Session | None = (None if found is None
                                         else SESSION_DECODER.decode(found[0]))
@@ -474,6 +476,7 @@ class SQLiteStore(IndexedSearch, BaseStore):
     def _b_delete_session(self, tenant: str, session_id: str) -> None:
         # messages, calls, status overrides and asset references go by ON DELETE CASCADE
         with self.atomic() as conn:
+            self._rows_changed()
             unindex(conn, self.search_indexed, tenant, session_id, 0, forget=True)
             conn.execute("DELETE FROM sessions WHERE tenant = ? AND id = ?", (tenant, session_id))
 
@@ -486,9 +489,12 @@ class SQLiteStore(IndexedSearch, BaseStore):
         with self.atomic() as conn:
             txn = _Txn(conn, tenant, session_id, self.search_indexed)
             result = fn(txn)
-        if txn.pending and not self._in_transaction():
+            pended = txn.pending
+            epoch = 0 if pended is None else self._observe(pended.data_version)
+        if pended is not None and not self._in_transaction():
+            self._hand_off(tenant, pended, epoch)
             try:  # committed: a failure here is the next search's to report
-                self._after_append(txn.pending)
+                self._after_append(pended.pending)
             except sqlite3.Error:
                 log.exception("%s: indexing the pending rows for search failed; the "
                               "next search tries again", self.path)
@@ -552,6 +558,7 @@ class SQLiteStore(IndexedSearch, BaseStore):
             if restore:
                 conn.executemany("UPDATE messages SET cut_ok = 1 WHERE tenant = ? AND "
                                  "session_id = ? AND seq = ?", [(*key, at) for at in restore])
+            self._rows_changed()
             unindex(conn, self.search_indexed, tenant, session_id, seq, forget=False)
             conn.execute("DELETE FROM messages WHERE tenant = ? AND session_id = ? "
                          "AND seq >= ?", (*key, seq))

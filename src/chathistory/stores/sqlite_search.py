@@ -18,7 +18,11 @@ commit); by an append that finds ``BACKLOG`` pending (the indexer is behind: app
 help, so the backlog stays bounded); and by every search before it reads the index, so
 a search sees every acknowledged message. (Tokenizing and writing FTS5 in each append's
 transaction measured three times the cost of the append; in batches it costs a third
-of that per message, and it runs beside the appends, not in them.) What
+of that per message, and it runs beside the appends, not in them.) An append also hands
+its rows' data to the indexer in memory (``IndexedSearch._hand_off``, at most
+``HANDOFF_BYTES``), so the indexer reads from the database only rows it was not handed:
+those of other processes, of a transaction the caller opened, or handed before a row
+was removed (``IndexedSearch._observe``). What
 removes rows (pop, clear, delete, erase, purge) takes them out of the index, or of the
 pending list, in its own transaction: FTS5's ``'delete'`` given the words recomputed
 from the row.
@@ -33,6 +37,7 @@ marks it so at its first write, and so does a process whose words are of another
 from __future__ import annotations
 
 import base64
+import collections
 import functools
 import hashlib
 import json
@@ -47,9 +52,9 @@ from .backend import Span
 from .model import Row
 from .search import WORDS_VERSION, Cursor, Query, indexed_words, matching_rows, ranked_after
 
-__all__ = ["AUTO_BUILD_ROWS", "BACKLOG", "FLUSH_AT", "FLUSH_BYTES", "RANK_LIMIT",
-           "SPAN_CANDIDATES", "WORDS_VERSION", "IndexState", "IndexedSearch",
-           "match_expression", "tenant_prefix"]
+__all__ = ["AUTO_BUILD_ROWS", "BACKLOG", "FLUSH_AT", "FLUSH_BYTES", "HANDOFF_BYTES",
+           "HANDOFF_ROW_BYTES", "RANK_LIMIT", "SPAN_CANDIDATES", "WORDS_VERSION", "IndexState",
+           "IndexedSearch", "Pended", "match_expression", "tenant_prefix"]
 
 log = logging.getLogger("chathistory.stores")
 T = TypeVar("T")
@@ -74,11 +79,29 @@ FLUSH_BYTES = 8 * 1024 * 1024
 """A batch of pending rows ends at the row whose data brings it to this many bytes,
 however few rows that is (``pending_rows``)."""
 
+HANDOFF_BYTES = 8 * 1024 * 1024
+"""Stored bytes of appended rows held in memory for the indexer at most (past it, the
+indexer reads them from the database)."""
+HANDOFF_ROW_BYTES = 256 * 1024
+"""A row larger than this is never handed off (read, at most ``FLUSH_BYTES`` at a time,
+when it is indexed)."""
+
 _SEQ_BITS = 32
 _SEQ_MASK = (1 << _SEQ_BITS) - 1
 
 Progress = Callable[[int, int], None]
 """``progress(done, total)``: rows indexed so far, and rows to index in all."""
+
+
+class Pended(NamedTuple):
+    """What an append added to the pending list (``note_appended``)."""
+
+    pending: int
+    """Rows pending once it commits."""
+    rows: list[tuple[int, bytes]]
+    """Each added row's FTS rowid and stored data."""
+    data_version: int
+    """The write connection's ``PRAGMA data_version`` in the append's transaction."""
 
 
 class IndexState(NamedTuple):
@@ -143,10 +166,16 @@ _STATE = "SELECT state, words, tenant, session_id, seq, done FROM search_state"
 _MARK_STALE = ("UPDATE search_state SET state = 'stale', tenant = NULL, session_id = NULL, "
                "seq = NULL, done = 0")
 _NUM = "SELECT num FROM search_sessions WHERE tenant = ? AND session_id = ?"
-# an append's one read: the state, the session's number, and how many rows are pending
+# an append's one read: the state, the session's number, how many rows are pending, and
+# the connection's data_version (which moves when another connection commits)
 _APPEND_STATE = (_STATE.replace(" FROM", ", (SELECT num FROM search_sessions WHERE "
                                 "tenant = ?1 AND session_id = ?2), (SELECT count(*) FROM "
-                                "search_pending) FROM"))
+                                "search_pending), (SELECT data_version FROM "
+                                "pragma_data_version()) FROM"))
+_DATA_VERSION = "PRAGMA data_version"
+# the handed-off rows still pending, taken off the list
+_TAKE_PENDING = ("DELETE FROM search_pending WHERE id IN (SELECT value FROM json_each(?)) "
+                 "RETURNING id")
 _NEW_NUM = "INSERT INTO search_sessions (tenant, session_id) VALUES (?, ?) RETURNING num"
 _PEND = "INSERT OR IGNORE INTO search_pending (id) VALUES (?)"
 _INDEX = "INSERT INTO search_words (rowid, words) VALUES (?, ?)"
@@ -237,27 +266,32 @@ def _mark_stale(conn: sqlite3.Connection, state: IndexState) -> None:
 
 
 def note_appended(conn: sqlite3.Connection, keep: bool, tenant: str, session_id: str,
-                  rows: Sequence[Row]) -> int:
+                  rows: Sequence[Row]) -> Pended | None:
     """In an append's transaction: the rows join the pending list (when the index is
-    kept and covers them); returns how many rows are pending then (0 if none was
-    added). A store that does not keep the index (``keep`` False) marks it stale.
+    kept and covers them); returns what was added (None if nothing was). A store that
+    does not keep the index (``keep`` False) marks it stale.
 
     Pending rows are counted, not weighed: a few 9 MB pastes wait for the next search
     (about 70 ms each to index). Waking the indexer for each large append instead cost
     the other tenants' reads 10-15 ms of p99 while two clients posted 9 MB appends
     (the hostile run), for the same work."""
-    *found, num, pending = conn.execute(_APPEND_STATE, (tenant, session_id)).fetchone()
+    *found, num, pending, data_version = conn.execute(_APPEND_STATE,
+                                                      (tenant, session_id)).fetchone()
     state = _state(*found)
     if not keep or not state.kept:
         _mark_stale(conn, state)
-        return 0
-    seqs = [r.seq for r in rows if state.covers(tenant, session_id, r.seq)]
-    if not seqs:
-        return 0
+        return None
+    covered = [r for r in rows if state.covers(tenant, session_id, r.seq)]
+    if not covered:
+        return None
     if num is None:
         num = _session_num(conn, tenant, session_id, create=True)
-    conn.executemany(_PEND, [(_rowid(num, seq),) for seq in seqs])
-    return int(pending) + len(seqs)
+    added = [(_rowid(num, r.seq), r.data) for r in covered]
+    if len(added) == 1:
+        conn.execute(_PEND, (added[0][0],))
+    else:
+        conn.executemany(_PEND, [(at,) for at, _data in added])
+    return Pended(int(pending) + len(added), added, int(data_version))
 
 
 def unindex(conn: sqlite3.Connection, keep: bool, tenant: str, session_id: str,
@@ -346,6 +380,19 @@ def flush(conn: sqlite3.Connection, limit: int,
     conn.executemany(_INDEX, docs)
     conn.execute("DELETE FROM search_pending WHERE id <= ?", (found[-1][0],))
     return len(found)
+
+
+def flush_handed(conn: sqlite3.Connection, texts: Mapping[int, tuple[bytes, str]]) -> int:
+    """In a write transaction: index the handed-off rows of ``texts`` (``pending_texts``)
+    that are still pending, taking them off the list; the caller has checked that each
+    is still the row at its rowid (``IndexedSearch._observe``). Returns how many it
+    took."""
+    if not texts or not read_state(conn).kept:
+        return 0
+    taken = conn.execute(_TAKE_PENDING, (json.dumps(list(texts)),)).fetchall()
+    docs = [(at, texts[at][1]) for (at,) in taken if texts[at][1]]
+    conn.executemany(_INDEX, docs)
+    return len(taken)
 
 
 def build_step(conn: sqlite3.Connection, batch: int) -> IndexState:
@@ -452,6 +499,7 @@ class IndexedSearch:
         total = start + self._rows_to_index(state, None)
         while True:
             with self.atomic() as conn:
+                self._rows_changed()  # a stale index is emptied, its numbers with it
                 state = build_step(conn, batch)
             if progress is not None:
                 progress(state.done, total)
@@ -467,22 +515,37 @@ class IndexedSearch:
         return int(found[0][0])
 
     def _flush_pending(self, stop: Callable[[], bool] | None = None) -> None:
-        """Index every pending row (until ``stop()``), ``FLUSH_AT * 4`` per transaction
-        (fewer past ``FLUSH_BYTES``), their words cut before it (from the last commit;
-        ``flush`` checks the data). One thread flushes at a time: a search or an append
-        that comes meanwhile waits for it, then finds little or nothing left, rather than
-        cutting the same rows' words beside it (three threads cutting a backlog of 9 MB
-        pastes at once starved the other tenants' requests of the GIL). Inside a
-        transaction of this thread (which holds the write lock the flusher may be
-        waiting for) the rows are indexed in it, without that wait."""
+        """Index every pending row, ``FLUSH_AT * 4`` per transaction (fewer past
+        ``FLUSH_BYTES``), their words cut before it: first the rows appends handed off,
+        then the others, read from the last commit (``flush`` checks the data). With
+        ``stop`` (the indexer thread): until ``stop()``, and only while full batches
+        are waiting, so that it does not index the next appends one or two at a time
+        (a transaction each, and a tiny FTS5 segment each to merge). One thread flushes
+        at a time: a search or an append that comes meanwhile waits for it, then finds
+        little or nothing left, rather than cutting the same rows' words beside it
+        (three threads cutting a backlog of 9 MB pastes at once starved the other
+        tenants' requests of the GIL). Inside a transaction of this thread (which holds
+        the write lock the flusher may be waiting for) the rows are indexed in it,
+        without that wait."""
         batch = FLUSH_AT * 4
         if self._in_transaction():
             with self.atomic() as conn:
                 while flush(conn, batch):
                     pass
             return
+        drain = stop is None
         with self._flush_lock:
             while stop is None or not stop():
+                if not drain and len(self._handoff) < FLUSH_AT and self._not_handed() < FLUSH_AT:
+                    return  # the appends made during the last batch wake it again
+                handed = self._take_handoff(batch)
+                if handed:
+                    texts = pending_texts([(at, tenant, data) for at, tenant, data, _e in handed])
+                    with self.atomic() as conn:
+                        epoch = self._observe(conn.execute(_DATA_VERSION).fetchone()[0])
+                        flush_handed(conn, {at: texts[at] for at, _t, _d, e in handed
+                                            if e == epoch and at in texts})
+                    continue
                 found = self._read_with(functools.partial(pending_rows, limit=batch))
                 if not found:
                     return
@@ -492,6 +555,11 @@ class IndexedSearch:
                     if not flush(conn, batch, prepared):
                         return
 
+    def _not_handed(self) -> int:
+        """About how many pending rows the handoff does not hold."""
+        pending = int(self._fetch("SELECT count(*) FROM search_pending", ())[0][0])
+        return pending - len(self._handoff)
+
     # ------------------------------------------------------------ the indexer thread
 
     def _init_indexer(self) -> None:
@@ -500,6 +568,57 @@ class IndexedSearch:
         self._indexer_wake = threading.Event()
         self._flush_lock = threading.Lock()
         self._indexer_stop = False
+        # rows handed off by appends: (FTS rowid, tenant, data, epoch), oldest first
+        self._handoff: collections.deque[tuple[int, str, bytes, int]] = collections.deque()
+        self._handoff_bytes = 0
+        self._handoff_lock = threading.Lock()
+        self._epoch = 0
+        self._seen_version: int | None = None
+
+    # ------------------------------------------------------------ the handoff
+
+    def _observe(self, data_version: int) -> int:
+        """Under the write lock, in a transaction: the handoff's epoch, moved on when
+        ``data_version`` (the write connection's ``PRAGMA data_version``) says another
+        connection committed since this store's last look. A row handed off in an epoch
+        is the row at its rowid while the epoch lasts: stored rows never change, and a
+        position is reused only after a removal, which moves the epoch on
+        (``_rows_changed``) when it is this store's, and is another connection's
+        commit otherwise."""
+        if data_version != self._seen_version:
+            self._seen_version = data_version
+            self._epoch += 1
+        return self._epoch
+
+    def _rows_changed(self) -> None:
+        """Under the write lock, in a transaction that removes rows (or empties the
+        index): what was handed off before it is read from the database instead."""
+        self._epoch += 1
+
+    def _hand_off(self, tenant: str, pended: Pended, epoch: int) -> None:
+        """After an append's commit: its rows' data for the indexer (each row up to
+        ``HANDOFF_ROW_BYTES``, all of them up to ``HANDOFF_BYTES``; the others are read
+        from the database when indexed)."""
+        with self._handoff_lock:
+            for at, data in pended.rows:
+                size = len(data)
+                if size > HANDOFF_ROW_BYTES or self._handoff_bytes + size > HANDOFF_BYTES:
+                    continue
+                self._handoff.append((at, tenant, data, epoch))
+                self._handoff_bytes += size
+
+    def _take_handoff(self, limit: int) -> list[tuple[int, str, bytes, int]]:
+        """Up to ``limit`` handed-off rows, oldest first, off the handoff: fewer once
+        their data reaches ``FLUSH_BYTES``, as ``pending_rows``."""
+        out: list[tuple[int, str, bytes, int]] = []
+        size = 0
+        with self._handoff_lock:
+            while self._handoff and len(out) < limit and size < FLUSH_BYTES:
+                item = self._handoff.popleft()
+                self._handoff_bytes -= len(item[2])
+                size += len(item[2])
+                out.append(item)
+        return out
 
     def _after_append(self, pending: int) -> None:
         """After an append's commit that left ``pending`` rows to index."""
