@@ -308,7 +308,7 @@ def test_a_flush_uses_words_cut_beforehand_only_for_the_same_data(store: SQLiteS
 def test_a_batch_of_large_rows_is_cut_by_its_bytes(store: SQLiteStore, handed: bool,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Pending rows are read and indexed at most ``FLUSH_BYTES`` at a time (the first row
-    of a batch always), not ``FLUSH_AT * 4`` rows of any size (512 pastes of 9 MB):
+    of a batch always), not ``FLUSH_AT`` rows of any size (512 pastes of 9 MB):
     rows handed off by the append, and rows read back from the database."""
     monkeypatch.setattr(sqlite_search, "FLUSH_BYTES", 2500)
     if not handed:
