@@ -20,6 +20,7 @@ from ..backend import Span, keep_bounded, recent_key
 from ..base import BaseStore
 from ..model import SESSION_DECODER, Row, Session
 from ..regroup import regroup_spans
+from ..search import search_option
 from . import scripts
 from .combine import ScriptCombiner
 from .keys import (
@@ -231,15 +232,12 @@ class RedisStore(RedisSearch, BaseStore):
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisStore:
         """A store for ``redis://``, ``rediss://``, ``redis+cluster://`` URLs; a
-        ``prefix=`` query parameter sets the key prefix, ``search=on|off`` is accepted
-        (and changes nothing, see the class)."""
+        ``prefix=`` query parameter sets the key prefix, ``search=`` is accepted as the
+        SQL stores accept it (``search_option``) and changes nothing (see the class)."""
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query))
         if "search" in query:
-            value = query.pop("search")
-            if value not in ("on", "off"):
-                raise ValueError(f"search must be on or off, got {value!r}")
-            options.setdefault("search", value == "on")
+            options.setdefault("search", search_option(query.pop("search")))
         if "prefix" in query:
             options.setdefault("prefix", query.pop("prefix"))
         if "search" in options or "prefix" in options:
