@@ -471,6 +471,61 @@ def test_every_path_that_removes_rows_keeps_the_index_exact(store: SQLiteStore) 
     assert numbered == {"a", edited.id}  # deleted sessions lose their number
 
 
+def test_threads_of_two_stores_writing_at_once_leave_the_index_exact(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four threads append, pop, clear and search through two stores on one file, with
+    the indexer waking every few rows: the handed-off rows, the epochs and the rows read
+    back keep the index exactly the stored rows' words."""
+    import random
+    import threading
+
+    monkeypatch.setattr(sqlite_search, "FLUSH_AT", 6)
+    monkeypatch.setattr(sqlite_search, "BACKLOG", 20)
+    stores = [SQLiteStore(tmp_path / "busy.db", counter="approx") for _ in range(2)]
+    sessions = [f"s{k}" for k in range(5)]
+    for sid in sessions:
+        stores[0].create_session(sid)
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for k in range(120):
+                store, sid = rng.choice(stores), rng.choice(sessions)
+                op = rng.random()
+                if op < 0.65:
+                    store.append(sid, [Message.user(f"w{seed}x{k}y{j} common")
+                                       for j in range(rng.randint(1, 3))])
+                elif op < 0.8:
+                    with contextlib.suppress(Conflict):
+                        store.pop(sid)
+                elif op < 0.85:
+                    with contextlib.suppress(Conflict):
+                        store.clear(sid)
+                else:
+                    store.search("common")
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        for store in stores:
+            store.search("common")  # each indexes what it was handed and what is left
+        assert pending(stores[0]) == 0
+        assert_index_matches_rows(stores[0])
+        texts = {m.text for sid in sessions for m in stores[1].range(sid)}
+        found = {h.message.text for h in stores[1].search("common", limit=100).items}
+        assert found <= texts and len(found) == min(100, len(texts))
+    finally:
+        for store in stores:
+            store.close()
+
+
 _OPS = st.lists(st.tuples(st.sampled_from(["append", "append2", "pop", "clear", "delete",
                                            "search", "fork"]),
                           st.integers(0, 2)), max_size=25)
