@@ -24,7 +24,10 @@ Starlette's thread pool), with a plain JSON body and no auth, log, validation,
 limits or error bodies. It writes and reads the same rows (checked: its window
 answer is ours byte for byte; every acknowledged append of either is a stored
 message), so ours/floor is what chathistory's Python costs on top of the database
-work. The cells take turns: ours, then the floor, for each row.
+work. The PostgreSQL floor writes each row's words as the store does (the same GIN
+entries); the SQLite floor keeps no search index (no pending list, no FTS5 indexing),
+so SQLite's ours/floor includes its index. The cells take turns: ours, then the floor,
+for each row; a floor whose requests failed is said so, not divided by.
 
 Targets (service issue), 2 cores, PostgreSQL, 16 clients: >= 2,000 appends/s and
 >= 5,000 window reads/s, p99 < 50 ms. `--soak SECONDS` runs appends at 16
@@ -346,6 +349,10 @@ class _PostgresFloor(_FloorStore):
                                         kwargs={"autocommit": True}, open=True)
 
     def append(self, session_id: str, messages: list[dict[str, Any]]) -> int:
+        from chathistory.stores.model import make_row
+        from chathistory.stores.postgres.queries import rows_params
+        from chathistory.stores.postgres.search import row_words
+
         with self.pool.connection() as conn:
             session = self.written.pop(session_id, None)
             if session is None:
@@ -353,16 +360,9 @@ class _PostgresFloor(_FloorStore):
                 session = json.loads(payload)
             expected = session.get("version", 0)
             rows = self.rows(session, messages)
-            if len(rows) == 1:
-                names = ("seq", "id", "role", "data", "tokens", "cum_before", "cut_ok",
-                         "orphan", "status", "row_version")
-                params: dict[str, Any] = {**dict(zip(names, rows[0], strict=True)),
-                                          "calls": None}
-            else:
-                params = {"batch": json.dumps({"r": [
-                    {"seq": r[0], "id": r[1], "role": r[2], "data": r[3].hex(),
-                     "tokens": r[4], "cum_before": r[5], "cut_ok": r[6], "orphan": r[7],
-                     "status": r[8], "version": r[9]} for r in rows], "k": [], "c": {}})}
+            # the rows' words too (the store's own cut: the same GIN entries written)
+            params, _one = rows_params([make_row(r) for r in rows], {},
+                                       [row_words(r[3]) for r in rows])
             statement = self.q.append_statement(len(rows) == 1, False, False, False)
             (stored,) = conn.execute(statement.statement, {
                 "tenant": TENANT, "session_id": session_id, "version": session["version"],
@@ -820,6 +820,9 @@ def _print(results: dict[str, Any], out: Callable[[str], None]) -> None:
     for (store, server, op, clients), ours in cells.items():
         floor = cells.get((store, "floor", op, clients))
         if server != "chathistory" or floor is None:
+            continue
+        if floor["errors"] or not floor["per_second"]:
+            ratios.append([store, op, str(clients), "floor failed", "-", "-"])
             continue
         ratios.append([store, op, str(clients),
                        f"{ours['per_second'] / max(floor['per_second'], 1e-9):.2f}",
