@@ -62,8 +62,6 @@ class MetadataNeedle:
 _encode = msgspec.json.Encoder().encode
 
 
-
-
 class Browse(Searching):
     """Page-wide reads for listings; ``Engine`` (``engine.py``) includes them."""
 

@@ -469,7 +469,6 @@ class Searching(Reads):
         None: no index (turned off, or not built yet): the engine scans."""
         return None
 
-
     def _b_search_sessions(self, tenant: str, query: Query, spans: Sequence[Span] | None,
                            limit: int) -> set[str] | None:
         """Optional, a backend's index: of the sessions of ``spans`` (``own_span`` of

@@ -131,8 +131,6 @@ def plan(query: Query) -> _Plan:
     return _Plan(" & ".join(parts), Query(query.text, tuple(inexact)) if inexact else None)
 
 
-
-
 class Statements:
     """The search index's statements, rendered once for a schema and configuration."""
 
