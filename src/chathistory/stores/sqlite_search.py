@@ -543,7 +543,10 @@ class IndexedSearch:
                     return  # the appends made during the last batch wake it again
                 handed = self._take_handoff(batch)
                 if handed:
-                    texts = pending_texts([(at, tenant, data) for at, tenant, data, _e in handed])
+                    # epochs only grow: a row of an earlier one is stale already (its
+                    # pending entry is read back), and its words are not cut here
+                    texts = pending_texts([(at, tenant, data) for at, tenant, data, e
+                                           in handed if e == self._epoch])
                     with self.atomic() as conn:
                         epoch = self._observe(conn.execute(_DATA_VERSION).fetchone()[0])
                         flush_handed(conn, {at: texts[at] for at, _t, _d, e in handed
@@ -761,6 +764,7 @@ class IndexedSearch:
             return set()
         return {sid for _num, sid in self._fetch(_SESSION_IDS, {
             "nums": json.dumps([num for (num,) in found]), "tenant": tenant})}
+
 
 def _scored(query: Query, session_id: str, rows: Sequence[Row]
             ) -> Iterator[tuple[float, str, int, Row]]:
