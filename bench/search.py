@@ -365,30 +365,44 @@ def latencies(store: Any, word: str, s: Settings, slow: bool) -> dict[str, Any]:
             "samples": len(times), "hits": len(page.items), "scanned": page.scanned}
 
 
-def append_costs(stores: dict[str, Any], source: Corpus, s: Settings) -> dict[str, float]:
-    """Seconds per message, one append call per message to a fresh session of
-    ``APPEND_TENANT`` (the searched tenant is left as loaded): each store's median
-    round, the stores taking turns, the order swapped every round."""
-    from chathistory import Message
-
-    texts = [source.pairs[(100_000 + k) % len(source.pairs)] for k in range(s.append_messages)]
-    rounds: dict[str, list[float]] = {name: [] for name in stores}
+def _median_by_store(stores: dict[str, Any], rounds: int, prefix: str,
+                     run: Callable[[Any, str], list[float]]) -> dict[str, float]:
+    """Each store's median of the samples ``run(store, session_id)`` returns, over
+    ``rounds`` rounds, each to a fresh session of ``APPEND_TENANT`` (the searched tenant
+    is left as loaded), deleted after; the stores take turns, the order swapped every
+    round."""
+    samples: dict[str, list[float]] = {name: [] for name in stores}
     order = list(stores)
-    for _ in range(s.append_rounds):
+    for _ in range(rounds):
         for name in order:
             store = stores[name]
-            session_id = f"a{uuid.uuid4().hex[:12]}"
+            session_id = f"{prefix}{uuid.uuid4().hex[:12]}"
             store.create_session(session_id, tenant=APPEND_TENANT)
-            started = time.perf_counter()
-            for role, text in texts:  # built in the loop: the store counts each, as it does
-                m = Message.user(text) if role == "user" else Message.assistant(text)
-                store.append(session_id, [m], tenant=APPEND_TENANT)
-            if getattr(store, "search_indexed", False) and hasattr(store, "_flush_pending"):
-                store._flush_pending()  # SQLite: index what the round left pending, timed
-            rounds[name].append((time.perf_counter() - started) / len(texts))
+            samples[name].extend(run(store, session_id))
             store.delete_session(session_id, tenant=APPEND_TENANT)
         order.reverse()
-    return {name: statistics.median(r) for name, r in rounds.items()}
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def _message(role: str, text: str) -> Any:
+    from chathistory import Message
+
+    return Message.user(text) if role == "user" else Message.assistant(text)
+
+
+def append_costs(stores: dict[str, Any], source: Corpus, s: Settings) -> dict[str, float]:
+    """Seconds per message, one append call per message: each store's median round."""
+    texts = [source.pairs[(100_000 + k) % len(source.pairs)] for k in range(s.append_messages)]
+
+    def run(store: Any, session_id: str) -> list[float]:
+        started = time.perf_counter()
+        for role, text in texts:  # built in the loop: the store counts each, as it does
+            store.append(session_id, [_message(role, text)], tenant=APPEND_TENANT)
+        if getattr(store, "search_indexed", False) and hasattr(store, "_flush_pending"):
+            store._flush_pending()  # SQLite: index what the round left pending, timed
+        return [(time.perf_counter() - started) / len(texts)]
+
+    return _median_by_store(stores, s.append_rounds, "a", run)
 
 
 SPACED_PAUSE_S = 0.005
@@ -399,28 +413,21 @@ def spaced_append_costs(stores: dict[str, Any], source: Corpus, s: Settings
                         ) -> dict[str, float]:
     """Seconds per append call when the calls are ``SPACED_PAUSE_S`` apart (as a chat's
     appends are, a model call apart), so that the indexer works between them: the
-    median call of each store, one message per call to a fresh session, the stores
-    taking turns. What the index adds to an append's latency, where ``append_costs``
-    (calls back to back) is what it adds to a writer's throughput."""
-    from chathistory import Message
-
+    median call of each store. What the index adds to an append's latency, where
+    ``append_costs`` (calls back to back) is what it adds to a writer's throughput."""
     texts = [source.pairs[(110_000 + k) % len(source.pairs)] for k in range(SPACED_CALLS)]
-    calls: dict[str, list[float]] = {name: [] for name in stores}
-    order = list(stores)
-    for _ in range(s.append_rounds):
-        for name in order:
-            store = stores[name]
-            session_id = f"p{uuid.uuid4().hex[:12]}"
-            store.create_session(session_id, tenant=APPEND_TENANT)
-            for role, text in texts:
-                m = Message.user(text) if role == "user" else Message.assistant(text)
-                started = time.perf_counter()
-                store.append(session_id, [m], tenant=APPEND_TENANT)
-                calls[name].append(time.perf_counter() - started)
-                time.sleep(SPACED_PAUSE_S)
-            store.delete_session(session_id, tenant=APPEND_TENANT)
-        order.reverse()
-    return {name: statistics.median(c) for name, c in calls.items()}
+
+    def run(store: Any, session_id: str) -> list[float]:
+        calls = []
+        for role, text in texts:
+            m = _message(role, text)
+            started = time.perf_counter()
+            store.append(session_id, [m], tenant=APPEND_TENANT)
+            calls.append(time.perf_counter() - started)
+            time.sleep(SPACED_PAUSE_S)
+        return calls
+
+    return _median_by_store(stores, s.append_rounds, "p", run)
 
 
 def run_size(backend: Backend, source: Corpus, size: int, s: Settings,
