@@ -71,13 +71,31 @@ def _combining_marks() -> dict[int, None]:
 def _fold(text: str) -> str:
     """Lowercase, diacritics removed (NFKD, combining marks dropped: by a translation
     table, 10x the speed of testing each character in Python, which was half the cost of
-    indexing ShareGPT, whose 7% of messages that are not ASCII it spent it on)."""
+    indexing ShareGPT, whose 7% of messages that are not ASCII it spent it on). The
+    table is applied to the runs of characters that are not ASCII only (an ASCII
+    character is no mark): most such text is ASCII but for a quote or a dash, and a
+    ``translate`` through a dict costs ~90 ns a character (164 us a ShareGPT message
+    that is not ASCII, against 52 run by run)."""
     text = text.lower()
     if text.isascii():
         return text
     decomposed = unicodedata.normalize("NFKD", text)
     # lowercased again: a compatibility form may decompose to a capital (U+1D2C is A)
-    return decomposed.translate(_combining_marks()).lower()
+    return _NOT_ASCII.sub(_drop_marks, decomposed).lower()
+
+
+_NOT_ASCII = re.compile(r"[^\x00-\x7f]+")
+
+
+def _drop_marks(run: re.Match[str]) -> str:
+    return run.group().translate(_combining_marks())
+
+
+def _blank_unless_word(run: re.Match[str]) -> str:
+    """A run of characters that are not ASCII, or a space if no word character is in
+    it (a space cuts words as it did)."""
+    found = run.group()
+    return found if _WORD.search(found) else " "
 
 
 _NOT_ASCII_WORD = str.maketrans({chr(c): " " for c in range(128) if not chr(c).isalnum()})
@@ -86,10 +104,17 @@ _NOT_ASCII_WORD = str.maketrans({chr(c): " " for c in range(128) if not chr(c).i
 def words(text: str) -> list[str]:
     """The words of ``text`` as search compares them, in order. ASCII text (most
     text) is cut twice as fast by lowercasing and cutting at every character that is
-    not a letter or digit: the same cut (a property test checks it)."""
+    not a letter or digit: the same cut (a property test checks it). Folded text whose
+    characters that are not ASCII are all outside words (quotes, dashes, emoji: 82% of
+    ShareGPT's messages that are not ASCII) has them made spaces and is cut the same
+    way (98 us a message that is not ASCII, against 230 for the regular expression's
+    cut)."""
     if text.isascii():
         return text.lower().translate(_NOT_ASCII_WORD).split()
-    return _WORD.findall(_fold(text))
+    folded = _NOT_ASCII.sub(_blank_unless_word, _fold(text))
+    if folded.isascii():
+        return folded.translate(_NOT_ASCII_WORD).split()
+    return _WORD.findall(folded)
 
 
 def search_text(message: Message) -> str:
