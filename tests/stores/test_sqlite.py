@@ -246,6 +246,37 @@ def test_two_processes_append_to_one_file(tmp_path: Path) -> None:
         assert store.get_session("shared").version == 2 * 150
 
 
+@pytest.mark.parametrize("change", ["clear", "pop"])
+def test_pop_reads_again_a_session_another_store_changed_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    """Another store empties or pops the session between pop's read of the session and
+    its read of the rows: pop reads both again (it raised IndexError on the empty
+    rows, and a pop of the row popped meanwhile would find a stale one)."""
+    path = tmp_path / "two.db"
+    mine, other = SQLiteStore(path, counter="approx"), SQLiteStore(path, counter="approx")
+    mine.create_session("s")
+    mine.append("s", [Message.user("first"), Message.user("second")])
+    real = mine.get_session
+    reads: list[int] = []
+
+    def stale(*args: object, **kwargs: object) -> Session:
+        found = real(*args, **kwargs)  # type: ignore[arg-type]
+        if not reads:
+            getattr(other, change)("s")
+        reads.append(found.message_count)
+        return found
+
+    monkeypatch.setattr(mine, "get_session", stale)
+    popped = mine.pop("s")
+    if change == "clear":
+        assert popped is None and reads == [2, 0]
+    else:
+        assert popped is not None and popped.text == "first" and reads == [2, 1]
+    assert mine.range("s") == [] and other.get_session("s").message_count == 0
+    mine.close()
+    other.close()
+
+
 def test_a_writer_waits_for_another_process_then_proceeds(tmp_path: Path) -> None:
     path = tmp_path / "busy.db"
     store = SQLiteStore(path, counter="approx", timeout=5)

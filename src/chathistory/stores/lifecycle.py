@@ -113,6 +113,8 @@ class Lifecycle(Engine):
                 return None
             self._refuse_if_shared(session, n - 1)
             rows = self._read(session, max(0, n - 2), n)
+            if not rows or rows[-1].seq != n - 1:
+                continue  # emptied or cut since the session was read: read it again
             last = rows[-1]
             before = rows[-2] if len(rows) == 2 else None
             ends_reasoning = False
