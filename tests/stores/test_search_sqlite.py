@@ -55,12 +55,11 @@ def _no_scan(monkeypatch: pytest.MonkeyPatch, store: SQLiteStore) -> None:
 
 
 def index_content(store: SQLiteStore) -> Content:
-    """``(row key, column, token, position)`` of every token in the FTS5 table (whose
-    rowid is minus the row's key)."""
+    """``(rowid, column, token, position)`` of every token in the FTS5 table."""
     conn = store._conn
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.search_vocab "
                  "USING fts5vocab(main, search_words, instance)")
-    return set(conn.execute("SELECT -doc, col, term, offset FROM temp.search_vocab").fetchall())
+    return set(conn.execute("SELECT doc, col, term, offset FROM temp.search_vocab").fetchall())
 
 
 def index_words_of(store: SQLiteStore) -> Content:
@@ -828,14 +827,8 @@ def test_query_plans_stay_on_the_index(store: SQLiteStore) -> None:
                 user=sqlite_search._USER if user else ""),
             after=sqlite_search._AFTER, row=SQLiteStore.row_columns)
         plan = [row[3] for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
-        # newest first: rowids are minus the keys, so FTS5 reads forward (64: by rowid, ascending)
-        assert "SCAN search_words VIRTUAL TABLE INDEX 64:M2" in plan, plan
+        assert "SCAN search_words VIRTUAL TABLE INDEX 192:M2" in plan, plan  # newest first
         assert not any(p.split()[:2] in (["SCAN", "m"], ["SCAN", "ss"], ["SCAN", "us"],
                                          ["SCAN", "se"]) for p in plan), plan
         assert plan.count("USE TEMP B-TREE FOR ORDER BY") == 2, plan  # the candidates, then
         # the page of at most `limit` rows: never the matches themselves
-    # a session's rows: a rowid range (">" and "<" given to FTS5), read forward
-    plan = [row[3] for row in store._conn.execute(
-        "EXPLAIN QUERY PLAN " + sqlite_search._IN_RANGE,
-        {"match": '"x"', "lo": 1, "hi": 5, "candidates": 10})]
-    assert plan == ["SCAN search_words VIRTUAL TABLE INDEX 64:M2><"], plan

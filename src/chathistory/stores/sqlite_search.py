@@ -9,10 +9,9 @@ is, which the ascii tokenizer cuts exactly as ``search.words`` does, in C; other
 its folded words joined by spaces, each character that is not ASCII being a letter to
 the tokenizer, so its tokens are exactly those words). Every query ANDs the caller's
 tenant token in ``scope``, so a search can only match its own tenant's rows (and its
-hits are joined on the tenant besides). A row's key is ``num << 32 | seq`` (``_rowid``),
-``num`` numbering sessions in ``search_sessions``, and its FTS rowid minus that (newest
-first is then FTS5's forward order): a session's rows are one rowid range, and the index
-stores no key text per message. (Until m005 each word carried the tenant
+hits are joined on the tenant besides). A row's FTS rowid is ``num << 32 | seq``,
+``num`` numbering sessions in ``search_sessions``: a session's rows are one rowid range,
+and the index stores no key text per message. (Until m005 each word carried the tenant
 token as a prefix, which made Python cut every word: the indexer's CPU a ShareGPT
 message 54 -> 25 us.)
 
@@ -191,13 +190,9 @@ _TAKE_PENDING = ("DELETE FROM search_pending WHERE id IN (SELECT value FROM json
                  "RETURNING id")
 _NEW_NUM = "INSERT INTO search_sessions (tenant, session_id) VALUES (?, ?) RETURNING num"
 _PEND = "INSERT OR IGNORE INTO search_pending (id) VALUES (?)"
-# The FTS5 rowid of a row is minus its key (``_rowid``): FTS5 reads a doclist backward
-# only by loading all of it, so "newest first" is read forward. (Read backward, the
-# tenant's scope term, in every row, cost a search for a rare word 3.0 ms at 100,000
-# messages against 0.08 forward.)
-_INDEX = "INSERT INTO search_words (rowid, scope, words) VALUES (-?, ?, ?)"
+_INDEX = "INSERT INTO search_words (rowid, scope, words) VALUES (?, ?, ?)"
 _UNINDEX = ("INSERT INTO search_words (search_words, rowid, scope, words) "
-            "VALUES ('delete', -?, ?, ?)")
+            "VALUES ('delete', ?, ?, ?)")
 # pending rows and what to index them by; a pending entry without its row (no path
 # leaves one) is dropped and logged
 _PENDING_ROWS = ("SELECT p.id, ss.tenant, m.data FROM search_pending AS p "
@@ -211,10 +206,10 @@ _AFTER_POSITION = " WHERE (tenant, session_id, seq) > (?, ?, ?)"
 
 # A search over the tenant: the RANK_LIMIT newest matches (an FTS5 rowid range read
 # backward), ranked by BM25 (higher is better), the tenant joined, keyset-paged.
-_CANDIDATES = ("SELECT -search_words.rowid AS rid, -bm25(search_words, 0.0, 1.0) AS score "
+_CANDIDATES = ("SELECT search_words.rowid AS rid, -bm25(search_words, 0.0, 1.0) AS score "
                "FROM search_words{user_join} WHERE search_words MATCH :match{user} "
-               "ORDER BY search_words.rowid LIMIT :candidates")
-_USER_JOIN = (" CROSS JOIN search_sessions AS us ON us.num = (-search_words.rowid) >> 32 "
+               "ORDER BY search_words.rowid DESC LIMIT :candidates")
+_USER_JOIN = (" CROSS JOIN search_sessions AS us ON us.num = search_words.rowid >> 32 "
               "CROSS JOIN sessions AS se ON se.tenant = us.tenant AND se.id = us.session_id")
 _USER = " AND us.tenant = :tenant AND se.user = :user"
 _RANKED = ("WITH cand AS MATERIALIZED ({candidates}), ranked AS (SELECT c.score AS score, "
@@ -227,8 +222,8 @@ _RANKED = ("WITH cand AS MATERIALIZED ({candidates}), ranked AS (SELECT c.score 
 _AFTER = (" AND (c.score < :score OR (c.score = :score AND "
           "(ss.session_id, c.rid & 4294967295) > (:session_id, :seq)))")
 # within sessions: each session's newest matches, one rowid range each
-_IN_RANGE = ("SELECT -rowid FROM search_words WHERE search_words MATCH :match AND "
-             "rowid > -:hi AND rowid <= -:lo ORDER BY rowid LIMIT :candidates")
+_IN_RANGE = ("SELECT rowid FROM search_words WHERE search_words MATCH :match AND "
+             "rowid >= :lo AND rowid < :hi ORDER BY rowid DESC LIMIT :candidates")
 _NUMS = ("SELECT ss.session_id, ss.num FROM json_each(:ids) AS j CROSS JOIN "
          "search_sessions AS ss ON ss.tenant = :tenant AND ss.session_id = j.value")
 _USERS = ("SELECT se.id FROM json_each(:ids) AS j CROSS JOIN sessions AS se "
@@ -240,18 +235,18 @@ _SPANS_TABLE = ("WITH sp(num, lo, hi) AS MATERIALIZED (SELECT json_extract(j.val
                 "json_extract(j.value, '$[1]'), json_extract(j.value, '$[2]') FROM "
                 "json_each(:spans) AS j) ")
 _IN_SPANS = (_SPANS_TABLE + "SELECT {what} FROM search_words CROSS JOIN sp "
-             "ON sp.num = (-search_words.rowid) >> 32 WHERE search_words MATCH :match "
-             "AND search_words.rowid > -:hi AND search_words.rowid <= -:lo "
-             "AND (-search_words.rowid) & 4294967295 >= sp.lo "
-             "AND (-search_words.rowid) & 4294967295 < sp.hi "
-             "ORDER BY search_words.rowid LIMIT :candidates")
+             "ON sp.num = search_words.rowid >> 32 WHERE search_words MATCH :match "
+             "AND search_words.rowid >= :lo AND search_words.rowid < :hi "
+             "AND search_words.rowid & 4294967295 >= sp.lo "
+             "AND search_words.rowid & 4294967295 < sp.hi "
+             "ORDER BY search_words.rowid DESC LIMIT :candidates")
 # sessions with a match: a rowid range probe each; over the tenant, the distinct
 # sessions of the newest matches (one cursor)
 _SESSIONS_MATCHING = (_NUMS + " WHERE EXISTS (SELECT 1 FROM search_words WHERE "
-                      "search_words MATCH :match AND rowid > -((ss.num + 1) << 32) "
-                      "AND rowid <= -(ss.num << 32)) LIMIT :limit")
-_NEWEST_SESSIONS = ("SELECT DISTINCT (-search_words.rowid) >> 32 FROM search_words WHERE "
-                    "search_words MATCH :match ORDER BY search_words.rowid LIMIT :limit")
+                      "search_words MATCH :match AND rowid >= ss.num << 32 "
+                      "AND rowid < (ss.num + 1) << 32) LIMIT :limit")
+_NEWEST_SESSIONS = ("SELECT DISTINCT search_words.rowid >> 32 FROM search_words WHERE "
+                    "search_words MATCH :match ORDER BY search_words.rowid DESC LIMIT :limit")
 _SESSION_IDS = ("SELECT ss.num, ss.session_id FROM json_each(:nums) AS j CROSS JOIN "
                 "search_sessions AS ss ON ss.num = j.value WHERE ss.tenant = :tenant")
 
@@ -732,7 +727,7 @@ class IndexedSearch:
         hits: list[int] = []
         if any(term.prefix for term in query.terms):
             hits = [at for (at,) in self._fetch(
-                _IN_SPANS.format(what="-search_words.rowid"), self._spans_params(
+                _IN_SPANS.format(what="search_words.rowid"), self._spans_params(
                     match, ranges, SPAN_CANDIDATES))]
         else:
             each = max(1, SPAN_CANDIDATES // len(ranges))
