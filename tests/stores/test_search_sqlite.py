@@ -30,10 +30,10 @@ from chathistory.model import Message, ToolCall, ToolResult
 from chathistory.model.parts import AudioPart, FilePart, Reasoning, TextPart
 from chathistory.stores import search, sqlite_search
 from chathistory.stores import sqlite as sqlite_module
-from chathistory.stores.search import index_text, index_words, parse_query, words
+from chathistory.stores.search import index_words, parse_query, words
 from chathistory.stores.sqlite import SQLiteStore
 
-Content = set[tuple[int, str, str, int]]
+Content = set[tuple[int, str, int]]
 GOLDEN = Path(__file__).parent.parent / "golden" / "sqlite_0_1_0.db"
 
 
@@ -55,22 +55,16 @@ def _no_scan(monkeypatch: pytest.MonkeyPatch, store: SQLiteStore) -> None:
 
 
 def index_content(store: SQLiteStore) -> Content:
-    """``(rowid, column, token, position)`` of every token in the FTS5 table."""
+    """``(rowid, token, position)`` of every word in the FTS5 table."""
     conn = store._conn
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.search_vocab "
                  "USING fts5vocab(main, search_words, instance)")
-    return set(conn.execute("SELECT doc, col, term, offset FROM temp.search_vocab").fetchall())
-
-
-def index_words_of(store: SQLiteStore) -> Content:
-    """``index_content``'s words (the ``words`` column's tokens)."""
-    return {found for found in index_content(store) if found[1] == "words"}
+    return set(conn.execute("SELECT doc, term, offset FROM temp.search_vocab").fetchall())
 
 
 def expected_content(store: SQLiteStore) -> Content:
-    """What the index must hold: every stored row that is not pending and has search
-    text, its tenant's token in ``scope`` and its words (cut by ``search.words``, not
-    by FTS5) in ``words``, at their positions."""
+    """What the index must hold: every stored row that is not pending, its words with
+    its tenant's prefix, at their positions."""
     conn = store._conn
     pending = {at for (at,) in conn.execute("SELECT id FROM search_pending")}
     out: Content = set()
@@ -81,11 +75,9 @@ def expected_content(store: SQLiteStore) -> Content:
         at = num << 32 | seq
         if at in pending:
             continue
-        if not index_text(data):
-            continue
-        out.add((at, "scope", sqlite_search.tenant_prefix(tenant), 0))
+        prefix = sqlite_search.tenant_prefix(tenant)
         found = index_words(data)
-        out.update((at, "words", w, k) for k, w in enumerate(found.split(" ") if found else ()))
+        out.update((at, prefix + w, k) for k, w in enumerate(found.split(" ") if found else ()))
     return out
 
 
@@ -93,7 +85,7 @@ def assert_index_matches_rows(store: SQLiteStore) -> None:
     with store._lock:  # between the indexer thread's transactions
         assert index_content(store) == expected_content(store)
         docs = store._conn.execute("SELECT count(*) FROM search_words_docsize").fetchone()[0]
-        assert docs == len({at for at, _c, _t, _k in index_content(store)})
+        assert docs == len({at for at, _t, _k in index_content(store)})
         store._conn.execute("INSERT INTO search_words (search_words) VALUES ('integrity-check')")
 
 
@@ -229,13 +221,11 @@ def test_tokens_carry_the_tenant(store: SQLiteStore) -> None:
     store.append("x", [Message.user("zebra one")], tenant="t1")
     store.append("x", [Message.user("zebra two")], tenant="t2")
     store.search("flush", tenant="t1")
+    tokens = {term for _at, term, _k in index_content(store)}
     one, two = sqlite_search.tenant_prefix("t1"), sqlite_search.tenant_prefix("t2")
-    by_scope = {at: term for at, col, term, _k in index_content(store) if col == "scope"}
-    tokens = {(by_scope[at], term) for at, col, term, _k in index_content(store)
-              if col == "words"}
-    assert tokens == {(one, "zebra"), (one, "one"), (two, "zebra"), (two, "two")}
+    assert tokens == {one + "zebra", one + "one", two + "zebra", two + "two"}
     expression = sqlite_search.match_expression(one, parse_query('zeb* "a b" c'))
-    assert expression == f'scope : {one} AND words : "zeb" * AND words : "a b" AND words : "c"'
+    assert expression == f'"{one}zeb" * AND "{one}a {one}b" AND "{one}c"'
 
 
 def test_a_search_never_leaves_its_tenant_even_when_prefixes_collide(
@@ -283,7 +273,7 @@ def test_appends_wait_in_the_pending_list_for_the_indexer_or_a_search(
     store.append("s", [Message.user("word4")])  # the fifth wakes the indexer thread
     wait_for_the_indexer(store)
     assert_index_matches_rows(store)
-    assert len(index_words_of(store)) == 5
+    assert len(index_content(store)) == 5
     with store.atomic():  # inside a caller's transaction nothing is indexed
         for k in range(5, 12):
             store.append("s", [Message.user(f"word{k}")])
@@ -305,12 +295,13 @@ def test_a_flush_uses_words_cut_beforehand_only_for_the_same_data(store: SQLiteS
     store.append("s", [Message.user("real words"), Message.user("second one")])
     first, second = (at for (at,) in store._conn.execute("SELECT id FROM search_pending"))
     prefix = sqlite_search.tenant_prefix("default")
-    stale = {first: (b"{}", prefix, "bogus"),  # cut from other data: cut again
-             second: (store._b_rows("default", "s", 1, 2)[0].data, prefix, "trusted")}
+    stale = {first: (b"{}", prefix + "bogus"),  # cut from other data: cut again
+             second: (store._b_rows("default", "s", 1, 2)[0].data, prefix + "trusted")}
     with store.atomic() as conn:
         assert sqlite_search.flush(conn, 10, stale) == 2
-    tokens = {(at, term) for at, col, term, _k in index_content(store) if col == "words"}
-    assert tokens == {(first, "real"), (first, "words"), (second, "trusted")}
+    tokens = {(at, term) for at, term, _k in index_content(store)}
+    assert tokens == {(first, prefix + "real"), (first, prefix + "words"),
+                      (second, prefix + "trusted")}
 
 
 @pytest.mark.parametrize("handed", [True, False], ids=["handed-off", "read-back"])
@@ -641,38 +632,8 @@ def _old_database(path: Path, sessions: int, per_session: int) -> None:
     with conn:
         for table in ("search_words", "search_sessions", "search_pending", "search_state"):
             conn.execute(f"DROP TABLE {table}")
-        conn.execute("DELETE FROM migrations WHERE name IN ('m004_search', 'm005_search_scope')")
+        conn.execute("DELETE FROM migrations WHERE name = 'm004_search'")
     conn.close()
-
-
-def test_an_index_of_prefixed_words_is_built_again_with_the_scope_column(
-        tmp_path: Path) -> None:
-    """A database of m004's layout (each word after its tenant's token, one column):
-    m005 drops that index and builds the new one (on open, as the database is small);
-    searches answer from it."""
-    path = tmp_path / "m004.db"
-    store = SQLiteStore(path, counter="approx")
-    for tenant in ("default", "t"):
-        store.create_session("s", tenant=tenant)
-        store.append("s", [Message.user(f"quince of {tenant}"), Message.user("other")],
-                     tenant=tenant)
-    store.close()
-    conn = sqlite3.connect(path)
-    with conn:
-        conn.execute("DROP TABLE search_words")
-        conn.execute("CREATE VIRTUAL TABLE search_words USING fts5(words, content='', "
-                     "tokenize='ascii', detail=full)")
-        conn.execute("INSERT INTO search_words (rowid, words) VALUES (1, 'tzzzzquince')")
-        conn.execute("DELETE FROM migrations WHERE name = 'm005_search_scope'")
-    conn.close()
-    store = SQLiteStore(path, counter="approx")
-    assert store.search_index_state().state == "ready"
-    columns = [r[1] for r in store._conn.execute("PRAGMA table_info(search_words)")]
-    assert columns == ["scope", "words"]
-    assert_index_matches_rows(store)
-    hits = store.search("quince", tenant="t")
-    assert [h.message.text for h in hits.items] == ["quince of t"] and hits.scanned is None
-    store.close()
 
 
 def test_the_0_1_0_golden_database_is_indexed_on_open(tmp_path: Path) -> None:
@@ -681,7 +642,7 @@ def test_the_0_1_0_golden_database_is_indexed_on_open(tmp_path: Path) -> None:
     store = SQLiteStore(path, counter="approx")
     assert store.search_index_state().state == "ready"
     assert_index_matches_rows(store)
-    assert len(index_words_of(store)) >= 20
+    assert len(index_content(store)) >= 20
     assert store._b_search("default", parse_query("done"), None, None, None, 5)
     store.close()
 
@@ -827,7 +788,7 @@ def test_query_plans_stay_on_the_index(store: SQLiteStore) -> None:
                 user=sqlite_search._USER if user else ""),
             after=sqlite_search._AFTER, row=SQLiteStore.row_columns)
         plan = [row[3] for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
-        assert "SCAN search_words VIRTUAL TABLE INDEX 192:M2" in plan, plan  # newest first
+        assert "SCAN search_words VIRTUAL TABLE INDEX 192:M1" in plan, plan  # newest first
         assert not any(p.split()[:2] in (["SCAN", "m"], ["SCAN", "ss"], ["SCAN", "us"],
                                          ["SCAN", "se"]) for p in plan), plan
         assert plan.count("USE TEMP B-TREE FOR ORDER BY") == 2, plan  # the candidates, then

@@ -40,7 +40,7 @@ from .model import DEFAULT_TENANT, MESSAGE_DECODER, Row, Session
 from .reads import Reads
 
 __all__ = ["MAX_TERMS", "WORDS_VERSION", "Query", "SearchHit", "SearchPage", "Searching", "Term",
-           "index_text", "index_words", "indexed_words", "matching_rows", "parse_query", "rank_key",
+           "index_words", "indexed_words", "matching_rows", "parse_query", "rank_key",
            "row_test", "search_text", "snippet", "words"]
 
 WORDS_VERSION = 1
@@ -161,19 +161,13 @@ INDEX_CHARS = 200_000
 through an index misses words past the cut; the scans read them."""
 
 
-def index_text(data: bytes) -> str:
-    """The search text an index holds the words of for a stored row (``Row.data``):
-    its first ``INDEX_CHARS`` characters, cut at a space."""
+def indexed_words(data: bytes) -> list[str]:
+    """The words an index holds for a stored row (``Row.data``), in order."""
     text = search_text(MESSAGE_DECODER.decode(data))
     if len(text) > INDEX_CHARS:
         cut = text.rfind(" ", INDEX_CHARS // 2, INDEX_CHARS + 1)
         text = text[:cut if cut > 0 else INDEX_CHARS]
-    return text
-
-
-def indexed_words(data: bytes) -> list[str]:
-    """The words an index holds for a stored row (``Row.data``), in order."""
-    return words(index_text(data))
+    return words(text)
 
 
 def index_words(data: bytes) -> str:

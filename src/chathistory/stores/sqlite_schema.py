@@ -149,20 +149,6 @@ MIGRATIONS: list[tuple[str, tuple[str | Callable[[sqlite3.Connection], None], ..
         "INSERT INTO search_state (id, state, words, done) SELECT 1, CASE WHEN EXISTS "
         "(SELECT 1 FROM messages) THEN 'building' ELSE 'ready' END, 1, 0",
     )),
-    # The tenant's token in a column of its own (scope) rather than before every word,
-    # so that FTS5's tokenizer cuts ASCII text itself (sqlite_search.indexed_text): the
-    # indexer's work a ShareGPT message 85 -> 60 us on a 2-core VM. The index is built
-    # again (a stale one stays stale: its build empties it first).
-    ("m005_search_scope", (
-        "DROP TABLE search_words",
-        "CREATE VIRTUAL TABLE search_words USING fts5(scope, words, content='', "
-        "tokenize='ascii', detail=full)",
-        "INSERT INTO search_words (search_words, rank) VALUES ('automerge', 16)",
-        "DELETE FROM search_pending",
-        "UPDATE search_state SET state = CASE WHEN state = 'stale' THEN 'stale' WHEN EXISTS "
-        "(SELECT 1 FROM messages) THEN 'building' ELSE 'ready' END, tenant = NULL, "
-        "session_id = NULL, seq = NULL, done = 0",
-    )),
 ]
 """Named schema steps, oldest first: SQL statements, or functions given the connection
 (inside the step's transaction). Append new ones; never edit a released one."""

@@ -1,19 +1,15 @@
 """SQLite's search index (issue 22): an FTS5 table of every message's words, kept with
-the messages, scoped to the tenant by a token in every row.
+the messages, scoped to the tenant by its very tokens.
 
 What is indexed is ``search.index_words`` of each row (the one tokenizer of every
-backend), in a contentless FTS5 table (``search_words``, ``tokenize='ascii'``) of two
-columns: ``scope``, a token of the row's tenant (``tenant_prefix``: 12 letters and
-digits from a SHA-256 of its name), and ``words`` (``indexed_text``: ASCII text as it
-is, which the ascii tokenizer cuts exactly as ``search.words`` does, in C; other text as
-its folded words joined by spaces, each character that is not ASCII being a letter to
-the tokenizer, so its tokens are exactly those words). Every query ANDs the caller's
-tenant token in ``scope``, so a search can only match its own tenant's rows (and its
-hits are joined on the tenant besides). A row's FTS rowid is ``num << 32 | seq``,
-``num`` numbering sessions in ``search_sessions``: a session's rows are one rowid range,
-and the index stores no key text per message. (Until m005 each word carried the tenant
-token as a prefix, which made Python cut every word: the indexer's CPU a ShareGPT
-message 54 -> 25 us.)
+backend), each word prefixed with a token of the row's tenant (``tenant_prefix``: 12
+letters and digits from a SHA-256 of its name), in a contentless FTS5 table
+(``search_words``, ``tokenize='ascii'``: the words arrive folded, and the ascii
+tokenizer takes every non-ASCII character as a letter, so its tokens are exactly those
+words). A query's words get the caller's tenant prefix too, so a search can only match
+its own tenant's words (and its hits are joined on the tenant besides). A row's FTS
+rowid is ``num << 32 | seq``, ``num`` numbering sessions in ``search_sessions``: a
+session's rows are one rowid range, and the index stores no key text per message.
 
 An append does not tokenize: its transaction adds the rows' rowids to
 ``search_pending``, and pending rows are indexed a batch at a time: by the store's
@@ -54,7 +50,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from .backend import Span
 from .model import Row
-from .search import WORDS_VERSION, Cursor, Query, index_text, matching_rows, ranked_after, words
+from .search import WORDS_VERSION, Cursor, Query, indexed_words, matching_rows, ranked_after
 
 __all__ = ["AUTO_BUILD_ROWS", "BACKLOG", "FLUSH_AT", "FLUSH_BYTES", "HANDOFF_BYTES",
            "HANDOFF_ROW_BYTES", "RANK_LIMIT", "SPAN_CANDIDATES", "WORDS_VERSION", "IndexState",
@@ -138,32 +134,27 @@ class IndexState(NamedTuple):
 
 
 def tenant_prefix(tenant: str) -> str:
-    """The token of ``tenant`` in every row's ``scope`` column: ``t`` and 11 base32
+    """The token every indexed word of ``tenant`` starts with: ``t`` and 11 base32
     characters of the SHA-256 of its name (55 bits; hits are joined on the tenant as
     well, so even a collision would find nothing of the other tenant)."""
     digest = hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).digest()
     return "t" + base64.b32encode(digest).decode("ascii")[:11].lower()
 
 
-def indexed_text(data: bytes) -> str:
-    """What the FTS5 table's ``words`` column is given for a stored row, which its
-    ``ascii`` tokenizer cuts into exactly the words of ``search.index_words``: ASCII
-    search text as it is (the tokenizer lowercases it and cuts it at every character
-    that is not a letter or a digit, as ``search.words`` does ASCII text), other text
-    as its words joined by spaces (each character that is not ASCII is a letter to the
-    tokenizer). Most text is ASCII, and its words are then cut by FTS5 in C, without
-    the GIL, rather than in Python."""
-    text = index_text(data)
-    return text if text.isascii() else " ".join(words(text))
+def indexed_text(prefix: str, data: bytes) -> str:
+    """What the FTS5 table holds for a stored row: the words of ``index_words``, each
+    with the tenant's prefix."""
+    found = indexed_words(data)
+    return prefix + (" " + prefix).join(found) if found else ""
 
 
 def match_expression(prefix: str, query: Query) -> str:
-    """The FTS5 query: the tenant's token in ``scope``, and each term a quoted phrase
-    of its words in ``words`` (``"…" *`` for a prefix term), all of them required.
-    Words hold letters and digits only: nothing in them is FTS5 syntax."""
-    phrases = [f"scope : {prefix}"]
+    """The FTS5 query: each term a quoted phrase of prefixed words (``"…" *`` for a
+    prefix term), all of them required. Words hold letters and digits only: nothing
+    in them is FTS5 syntax."""
+    phrases = []
     for term in query.terms:
-        phrase = 'words : "' + " ".join(term.words) + '"'
+        phrase = '"' + " ".join(prefix + w for w in term.words) + '"'
         phrases.append(phrase + " *" if term.prefix else phrase)
     return " AND ".join(phrases)
 
@@ -190,9 +181,8 @@ _TAKE_PENDING = ("DELETE FROM search_pending WHERE id IN (SELECT value FROM json
                  "RETURNING id")
 _NEW_NUM = "INSERT INTO search_sessions (tenant, session_id) VALUES (?, ?) RETURNING num"
 _PEND = "INSERT OR IGNORE INTO search_pending (id) VALUES (?)"
-_INDEX = "INSERT INTO search_words (rowid, scope, words) VALUES (?, ?, ?)"
-_UNINDEX = ("INSERT INTO search_words (search_words, rowid, scope, words) "
-            "VALUES ('delete', ?, ?, ?)")
+_INDEX = "INSERT INTO search_words (rowid, words) VALUES (?, ?)"
+_UNINDEX = "INSERT INTO search_words (search_words, rowid, words) VALUES ('delete', ?, ?)"
 # pending rows and what to index them by; a pending entry without its row (no path
 # leaves one) is dropped and logged
 _PENDING_ROWS = ("SELECT p.id, ss.tenant, m.data FROM search_pending AS p "
@@ -206,7 +196,7 @@ _AFTER_POSITION = " WHERE (tenant, session_id, seq) > (?, ?, ?)"
 
 # A search over the tenant: the RANK_LIMIT newest matches (an FTS5 rowid range read
 # backward), ranked by BM25 (higher is better), the tenant joined, keyset-paged.
-_CANDIDATES = ("SELECT search_words.rowid AS rid, -bm25(search_words, 0.0, 1.0) AS score "
+_CANDIDATES = ("SELECT search_words.rowid AS rid, -bm25(search_words) AS score "
                "FROM search_words{user_join} WHERE search_words MATCH :match{user} "
                "ORDER BY search_words.rowid DESC LIMIT :candidates")
 _USER_JOIN = (" CROSS JOIN search_sessions AS us ON us.num = search_words.rowid >> 32 "
@@ -329,9 +319,9 @@ def unindex(conn: sqlite3.Connection, keep: bool, tenant: str, session_id: str,
                                   (tenant, session_id, from_seq)).fetchall():
         at = _rowid(num, seq)
         if at not in pending and state.covers(tenant, session_id, seq):
-            text = indexed_text(data)
+            text = indexed_text(prefix, data)
             if text:
-                gone.append((at, prefix, text))
+                gone.append((at, text))
     conn.executemany(_UNINDEX, gone)
     if forget:
         conn.execute("DELETE FROM search_sessions WHERE num = ?", (num,))
@@ -357,20 +347,19 @@ def pending_rows(conn: sqlite3.Connection, limit: int
 
 
 def pending_texts(found: Sequence[tuple[int, str | None, bytes | None]]
-                  ) -> dict[int, tuple[bytes, str, str]]:
-    """``_PENDING_ROWS``' rows, each row's rowid -> its data and what to index it by
-    (its tenant's token and ``indexed_text``)."""
+                  ) -> dict[int, tuple[bytes, str]]:
+    """``_PENDING_ROWS``' rows, each row's rowid -> its data and what to index it by."""
     prefixes: dict[str, str] = {}
     out = {}
     for at, tenant, data in found:
         if tenant is not None and data is not None:
             prefix = prefixes.get(tenant) or prefixes.setdefault(tenant, tenant_prefix(tenant))
-            out[at] = (data, prefix, indexed_text(data))
+            out[at] = (data, indexed_text(prefix, data))
     return out
 
 
 def flush(conn: sqlite3.Connection, limit: int,
-          prepared: Mapping[int, tuple[bytes, str, str]] | None = None) -> int:
+          prepared: Mapping[int, tuple[bytes, str]] | None = None) -> int:
     """In a write transaction: index up to ``limit`` pending rows (fewer past
     ``FLUSH_BYTES`` of data), lowest rowid first; ``prepared`` (``pending_texts``, made
     before the transaction, so that the words are cut without holding the write lock)
@@ -388,16 +377,15 @@ def flush(conn: sqlite3.Connection, limit: int,
         if data is None:
             log.warning("search index: pending row %d has no message; dropped", at)
             continue
-        _data, prefix, text = fresh.get(at) or prepared[at]
+        _data, text = fresh.get(at) or prepared[at]
         if text:
-            docs.append((at, prefix, text))
+            docs.append((at, text))
     conn.executemany(_INDEX, docs)
     conn.execute("DELETE FROM search_pending WHERE id <= ?", (found[-1][0],))
     return len(found)
 
 
-def flush_handed(conn: sqlite3.Connection, texts: Mapping[int, tuple[bytes, str, str]]
-                 ) -> int:
+def flush_handed(conn: sqlite3.Connection, texts: Mapping[int, tuple[bytes, str]]) -> int:
     """In a write transaction: index the handed-off rows of ``texts`` (``pending_texts``)
     that are still pending, taking them off the list; the caller has checked that each
     is still the row at its rowid (``IndexedSearch._observe``). Returns how many it
@@ -405,7 +393,7 @@ def flush_handed(conn: sqlite3.Connection, texts: Mapping[int, tuple[bytes, str,
     if not texts or not read_state(conn).kept:
         return 0
     taken = conn.execute(_TAKE_PENDING, (json.dumps(list(texts)),)).fetchall()
-    docs = [(at, *texts[at][1:]) for (at,) in taken if texts[at][2]]
+    docs = [(at, texts[at][1]) for (at,) in taken if texts[at][1]]
     conn.executemany(_INDEX, docs)
     return len(taken)
 
@@ -438,9 +426,9 @@ def build_step(conn: sqlite3.Connection, batch: int) -> IndexState:
             num = _session_num(conn, tenant, session_id, create=True)
             assert num is not None
             nums[(tenant, session_id)] = num
-        text = indexed_text(data)
+        text = indexed_text(tenant_prefix(tenant), data)
         if text:
-            docs.append((_rowid(num, seq), tenant_prefix(tenant), text))
+            docs.append((_rowid(num, seq), text))
     conn.executemany(_INDEX, docs)
     if len(rows) < batch:
         conn.execute("UPDATE search_state SET state = 'ready', tenant = NULL, "
