@@ -1,0 +1,219 @@
+"""SQLite search index designs: what keeps an append within 1.2x of ``search=off``?
+
+`python -m bench.index_designs [--rounds N] [--appends N]`
+
+Issue 22 asks that the index add at most 20% to an append. The store's index (an FTS5
+table in the store's file, fed each word with its tenant's prefix by the store's
+indexer thread) costs more than that with appends back to back, and this bench measures
+the designs that could do better, side by side in one run: each variant appends
+``--appends`` ShareGPT messages (one call each, o200k counted by the store) to a fresh
+session of a ``search=off`` store, hands each appended row to a thread that indexes it
+in batches of 512 (``sqlite_search.FLUSH_AT``), and ends its round by indexing what is
+left, inside the timed section. The variants take turns, the order rotated every round;
+medians over the rounds, and the ratio of each to ``off``.
+
+Variants (the rows' data handed to the thread as the store hands it off):
+
+- ``off``: no index.
+- ``store``: the store as shipped, ``search`` on (its own indexer and bookkeeping).
+- ``handed only``: the rows handed to the thread, which does nothing with them: what
+  the handoff itself costs the append (encoding the row again, here).
+- ``cut only``: the thread cuts each row's words with the tenant's prefix
+  (``sqlite_search.indexed_text``) and writes nothing: what the Python cut costs.
+- ``prefixed, own file``: that cut, written to an FTS5 table in another file through a
+  connection of its own (its own write lock).
+- ``raw, store's file``: the row's search text as it is for ASCII (FTS5's ascii
+  tokenizer cuts it, in C), its words otherwise, written to an FTS5 table in the
+  store's file under the store's lock (an FTS5 table of one tenant: no prefix).
+- ``raw, own file``: the same text, to a table in another file, its own connection.
+
+Not a design of the store: a prototype's measure (removals, rowid reuse and crash
+recovery are not modelled), kept so that the numbers in docs/stores.md can be rerun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import itertools
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import data
+
+BATCH = 512
+VARIANTS = ("off", "store", "handed only", "cut only", "prefixed, own file", "raw, store's file",
+            "raw, own file")
+_FTS = ("CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(words, content='', "
+        "tokenize='ascii', detail=full)")
+
+
+def _raw_text(row: bytes) -> str:
+    """What a table of one tenant is given: ASCII search text as it is, other text as
+    its words (the store's cut, its first ``INDEX_CHARS`` characters)."""
+    from chathistory.stores.model import MESSAGE_DECODER
+    from chathistory.stores.search import INDEX_CHARS, search_text, words
+
+    text = search_text(MESSAGE_DECODER.decode(row))[:INDEX_CHARS]
+    return text if text.isascii() else " ".join(words(text))
+
+
+class _Indexer:
+    """A thread indexing handed-off rows in batches: ``make`` gives a row's text (None:
+    write nothing), ``write`` stores a batch of (rowid, text)."""
+
+    def __init__(self, make: Callable[[bytes], str],
+                 write: Callable[[list[tuple[int, str]]], None] | None) -> None:
+        self.make, self.write = make, write
+        self.rows: collections.deque[bytes] = collections.deque()
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.stop = False
+        self.rowid = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def hand(self, row: bytes) -> None:
+        self.rows.append(row)
+        if len(self.rows) >= BATCH:
+            self.wake.set()
+
+    def flush(self, everything: bool) -> None:
+        with self.lock:
+            while self.rows and (everything or len(self.rows) >= BATCH):
+                batch = [self.rows.popleft() for _ in range(min(BATCH, len(self.rows)))]
+                docs = []
+                for row in batch:
+                    self.rowid += 1
+                    text = self.make(row)
+                    if text:
+                        docs.append((self.rowid, text))
+                if self.write is not None:
+                    self.write(docs)
+
+    def _run(self) -> None:
+        while True:
+            self.wake.wait()
+            self.wake.clear()
+            if self.stop:
+                return
+            self.flush(everything=False)
+
+    def close(self) -> None:
+        self.stop = True
+        self.wake.set()
+        self.thread.join()
+
+
+def _own_file(path: Path) -> Callable[[list[tuple[int, str]]], None]:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute(_FTS.format(name="w"))
+    conn.execute("INSERT INTO w (w, rank) VALUES ('automerge', 16)")
+
+    def write(docs: list[tuple[int, str]]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany("INSERT INTO w (rowid, words) VALUES (?, ?)", docs)
+        conn.execute("COMMIT")
+    return write
+
+
+def _store_file(store: Any) -> Callable[[list[tuple[int, str]]], None]:
+    with store.atomic() as conn:
+        conn.execute(_FTS.format(name="bench_one_tenant"))
+        conn.execute("INSERT INTO bench_one_tenant (bench_one_tenant, rank) "
+                     "VALUES ('automerge', 16)")
+
+    def write(docs: list[tuple[int, str]]) -> None:
+        with store.atomic() as conn:
+            conn.executemany("INSERT INTO bench_one_tenant (rowid, words) VALUES (?, ?)", docs)
+    return write
+
+
+def run(rounds: int, appends: int, out: Callable[[str], None] = print) -> dict[str, Any]:
+    from chathistory import Message
+    from chathistory.model.codec import encode
+    from chathistory.stores.sqlite import SQLiteStore
+    from chathistory.stores.sqlite_search import indexed_text, tenant_prefix
+
+    pairs = list(itertools.islice(data.iter_messages(), appends))
+    tmp = Path(tempfile.mkdtemp(prefix="chathistory-index-designs-"))
+    off = SQLiteStore(tmp / "off.db", search=False)
+    on = SQLiteStore(tmp / "on.db")
+    prefix = tenant_prefix("default")
+
+    def prefixed(row: bytes) -> str:
+        return indexed_text(prefix, row)
+
+    indexers = {
+        "handed only": _Indexer(lambda row: "", None),
+        "cut only": _Indexer(prefixed, None),
+        "prefixed, own file": _Indexer(prefixed, _own_file(tmp / "prefixed.db")),
+        "raw, store's file": _Indexer(_raw_text, _store_file(off)),
+        "raw, own file": _Indexer(_raw_text, _own_file(tmp / "raw.db")),
+    }
+
+    def one_round(name: str) -> float:
+        store = on if name == "store" else off
+        indexer = indexers.get(name)
+        session_id = f"d{uuid.uuid4().hex[:12]}"
+        store.create_session(session_id)
+        started = time.perf_counter()
+        for role, text in pairs:  # built in the loop: the store counts each
+            m = Message.user(text) if role == "user" else Message.assistant(text)
+            store.append(session_id, [m])
+            if indexer is not None:
+                indexer.hand(encode(m))  # the stored bytes, near enough (ids as given)
+        if indexer is not None:
+            indexer.flush(everything=True)
+        elif name == "store":
+            store._flush_pending()
+        seconds = (time.perf_counter() - started) / len(pairs)
+        store.delete_session(session_id)
+        return seconds
+
+    out(f"SQLite index designs: {appends} ShareGPT appends a round, {rounds} rounds, "
+        f"the variants taking turns (python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} cpus)")
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    order = list(VARIANTS)
+    one_round("off")  # warm-up: the counter's tables, the files
+    for r in range(rounds):
+        for name in order:
+            times[name].append(one_round(name))
+        order = order[1:] + order[:1] if r % 2 == 0 else list(reversed(order))
+    for indexer in indexers.values():
+        indexer.close()
+    off.close()
+    on.close()
+    base = statistics.median(times["off"])
+    rows = {name: {"us": statistics.median(v) * 1e6, "ratio": statistics.median(v) / base}
+            for name, v in times.items()}
+    width = max(map(len, VARIANTS))
+    for name in VARIANTS:
+        out(f"  {name:<{width}}  {rows[name]['us']:7.1f} us  {rows[name]['ratio']:.2f}x off")
+    return {"rounds": rounds, "appends": appends, "variants": rows}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.index_designs",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--appends", type=int, default=1200)
+    args = parser.parse_args(argv)
+    run(args.rounds, args.appends)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
