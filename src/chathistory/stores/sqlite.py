@@ -50,7 +50,7 @@ from .base import BaseStore
 from .model import SESSION_DECODER, Row, Session, make_row, utcnow
 from .search import search_option
 from .sqlite_schema import MIGRATIONS
-from .sqlite_search import AUTO_BUILD_ROWS, IndexedSearch, Pended, note_appended, unindex
+from .sqlite_search import AUTO_BUILD_ROWS, IndexedSearch, Pended, note_appended
 
 __all__ = ["MIGRATIONS", "SQLiteStore"]
 
@@ -476,8 +476,7 @@ class SQLiteStore(IndexedSearch, BaseStore):
     def _b_delete_session(self, tenant: str, session_id: str) -> None:
         # messages, calls, status overrides and asset references go by ON DELETE CASCADE
         with self.atomic() as conn:
-            self._rows_changed()
-            unindex(conn, self.search_indexed, tenant, session_id, 0, forget=True)
+            self._unindex(conn, tenant, session_id, 0, forget=True)
             conn.execute("DELETE FROM sessions WHERE tenant = ? AND id = ?", (tenant, session_id))
 
     # ---------------------------------------------------------------- messages
@@ -558,8 +557,7 @@ class SQLiteStore(IndexedSearch, BaseStore):
             if restore:
                 conn.executemany("UPDATE messages SET cut_ok = 1 WHERE tenant = ? AND "
                                  "session_id = ? AND seq = ?", [(*key, at) for at in restore])
-            self._rows_changed()
-            unindex(conn, self.search_indexed, tenant, session_id, seq, forget=False)
+            self._unindex(conn, tenant, session_id, seq, forget=False)
             conn.execute("DELETE FROM messages WHERE tenant = ? AND session_id = ? "
                          "AND seq >= ?", (*key, seq))
             conn.execute("DELETE FROM calls WHERE tenant = ? AND session_id = ? AND seq >= ?",

@@ -601,6 +601,14 @@ class IndexedSearch:
         index): what was handed off before it is read from the database instead."""
         self._epoch += 1
 
+    def _unindex(self, conn: sqlite3.Connection, tenant: str, session_id: str,
+                 from_seq: int, *, forget: bool) -> None:
+        """``unindex`` in the transaction that removes the session's rows from
+        ``from_seq`` on, the handoff's epoch moved on with it (``_rows_changed``):
+        every removal of rows goes through here."""
+        self._rows_changed()
+        unindex(conn, self.search_indexed, tenant, session_id, from_seq, forget=forget)
+
     def _hand_off(self, tenant: str, pended: Pended, epoch: int) -> None:
         """After an append's commit: its rows' data for the indexer (each row up to
         ``HANDOFF_ROW_BYTES``, all of them up to ``HANDOFF_BYTES``; the others are read
