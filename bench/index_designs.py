@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from . import data
+from .stores import _message
 
 BATCH = 512
 _INDEX_CPU: dict[int, float] = {}
@@ -164,7 +165,6 @@ def _store_file(store: Any) -> Callable[[list[tuple[int, str]]], None]:
 
 
 def run(rounds: int, appends: int, out: Callable[[str], None] = print) -> dict[str, Any]:
-    from chathistory import Message
     from chathistory.model.codec import encode
     from chathistory.stores.sqlite import SQLiteStore
     from chathistory.stores.sqlite_search import indexed_text, tenant_prefix
@@ -198,7 +198,7 @@ def run(rounds: int, appends: int, out: Callable[[str], None] = print) -> dict[s
         _INDEX_CPU.clear()
         started, cpu = time.perf_counter(), time.thread_time()
         for role, text in pairs:  # built in the loop: the store counts each
-            m = Message.user(text) if role == "user" else Message.assistant(text)
+            m = _message(role, text)
             store.append(session_id, [m])
             if indexer is not None:
                 indexer.hand(encode(m))  # the stored bytes, near enough (ids as given)
