@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
+import threading
+from typing import Any
 
-from chathistory import Attachment, History, ImagePart, Message, get_counter
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chathistory import Attachment, History, ImagePart, Message, get_counter, tokens
 from chathistory.tokens import (
     ApproxCounter,
     CallableCounter,
@@ -72,6 +77,86 @@ def test_bpe_openai_matches_tiktoken_built_from_the_same_tables(
         ours = EncodingCounter(name)
         for text in texts:
             assert ours.count_text(text) == len(enc.encode_ordinary(text)), (name, text)
+
+
+_SHARED_TEXTS = st.lists(
+    st.text(st.characters(codec="utf-8"), max_size=8) | st.sampled_from(
+        ["<|endoftext|>", "'s", " ", "  ", "\n", "\r\n", "\t", "é", "日本", "🎉", "123456",
+         "ǅ", "Hello", "WORLD", "naïve", "def f(x):"]),
+    max_size=60).map("".join)
+
+
+@pytest.fixture(scope="module")
+def shared_counts() -> dict[str, Any]:
+    pytest.importorskip("tiktoken")
+    return {name: tokens._tiktoken_count(name) for name in ("o200k_base", "cl100k_base")}
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=_SHARED_TEXTS, name=st.sampled_from(["o200k_base", "cl100k_base"]))
+def test_the_counter_threads_share_counts_as_bpe_openai_does(
+        shared_counts: dict[str, Any], text: str, name: str) -> None:
+    """The GIL-free count (tiktoken, built from bpe-openai's tables without tiktoken's
+    download) is the same count as bpe-openai's, special-token text included."""
+    counter = EncodingCounter(name)
+    assert shared_counts[name](text) == counter._load()(text)
+
+
+def test_counts_are_shared_only_while_threads_count_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One thread counting: bpe-openai always. Two threads taking turns within the
+    window: the shared counter (tiktoken), the same counts."""
+    counter = EncodingCounter("o200k_base")
+    shared = tokens._tiktoken_count("o200k_base")
+    if shared is None:
+        pytest.skip("tiktoken is not installed")
+    used: list[str] = []
+
+    def spy(text: str) -> int:
+        used.append(text)
+        return shared(text)  # type: ignore[misc]
+    counter._shared, counter._shared_asked = spy, True
+    long = "the quick brown fox jumps over the lazy dog " * 20
+    alone = [counter.count_text(long) for _ in range(20)]
+    assert used == []
+    assert counter.count_text("short") == 1 and used == []
+
+    turns = [threading.Event(), threading.Event()]
+    found: list[list[int]] = [[], []]
+
+    def counting(me: int) -> None:
+        for _ in range(10):
+            assert turns[me].wait(5)
+            turns[me].clear()
+            found[me].append(counter.count_text(long))
+            turns[1 - me].set()
+    monkeypatch.setattr(tokens, "SHARED_WINDOW", 60.0)  # a slow machine still takes turns
+    threads = [threading.Thread(target=counting, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    turns[0].set()
+    for t in threads:
+        t.join()
+    assert found[0] + found[1] == alone
+    assert len(used) >= 19  # every count but the first, which followed this thread's own
+
+
+def test_without_tiktoken_threads_count_with_bpe_openai(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    import builtins
+    real_import = builtins.__import__
+
+    def no_tiktoken(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "tiktoken" or name.startswith(("tiktoken.", "tiktoken_ext")):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", no_tiktoken)
+    monkeypatch.setattr(tokens, "_tiktoken_count", tokens._tiktoken_count.__wrapped__)
+    assert tokens._tiktoken_count("o200k_base") is None
+    counter = EncodingCounter("o200k_base")
+    assert counter.load_shared() is False
+    assert counter._shared is None
+    assert counter.count_text("hello world") == 2
 
 
 def test_message_overhead_follows_openai_cookbook() -> None:
