@@ -102,10 +102,35 @@ def test_the_counter_threads_share_counts_as_bpe_openai_does(
     assert shared_counts[name](text) == counter._load()(text)
 
 
+def _two_threads_take_turns(counter: EncodingCounter, text: str) -> list[int]:
+    """Counts of ``text`` by two threads taking turns, 10 each, in order."""
+    turns = [threading.Event(), threading.Event()]
+    found: list[list[int]] = [[], []]
+
+    def counting(me: int) -> None:
+        for _ in range(10):
+            assert turns[me].wait(5)
+            turns[me].clear()
+            found[me].append(counter.count_text(text))
+            turns[1 - me].set()
+    threads = [threading.Thread(target=counting, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    turns[0].set()
+    for t in threads:
+        t.join()
+    return found[0] + found[1]
+
+
+@pytest.mark.parametrize("sharing", [True, False])
 def test_counts_are_shared_only_while_threads_count_at_once(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, sharing: bool) -> None:
     """One thread counting: bpe-openai always. Two threads taking turns within the
-    window: the shared counter (tiktoken), the same counts."""
+    window: the shared counter (tiktoken), the same counts; unless ``share_counts``
+    turned that off (the server does)."""
+    monkeypatch.setattr(tokens, "_sharing", True)
+    tokens.share_counts(sharing)
+    monkeypatch.setattr(tokens, "SHARED_WINDOW", 60.0)  # a slow machine still takes turns
     counter = EncodingCounter("o200k_base")
     shared = tokens._tiktoken_count("o200k_base")
     if shared is None:
@@ -121,24 +146,11 @@ def test_counts_are_shared_only_while_threads_count_at_once(
     assert used == []
     assert counter.count_text("short") == 1 and used == []
 
-    turns = [threading.Event(), threading.Event()]
-    found: list[list[int]] = [[], []]
-
-    def counting(me: int) -> None:
-        for _ in range(10):
-            assert turns[me].wait(5)
-            turns[me].clear()
-            found[me].append(counter.count_text(long))
-            turns[1 - me].set()
-    monkeypatch.setattr(tokens, "SHARED_WINDOW", 60.0)  # a slow machine still takes turns
-    threads = [threading.Thread(target=counting, args=(i,)) for i in (0, 1)]
-    for t in threads:
-        t.start()
-    turns[0].set()
-    for t in threads:
-        t.join()
-    assert found[0] + found[1] == alone
-    assert len(used) >= 19  # every count but the first, which followed this thread's own
+    assert _two_threads_take_turns(counter, long) == alone
+    if sharing:  # every count (the first follows the main thread's)
+        assert len(used) == 20
+    else:
+        assert used == []
 
 
 def test_without_tiktoken_threads_count_with_bpe_openai(monkeypatch: pytest.MonkeyPatch

@@ -53,6 +53,7 @@ __all__ = [
     "model_encoding",
     "offload_large_texts",
     "openai_image_tokens",
+    "share_counts",
 ]
 
 AUDIO_TOKENS_ESTIMATE = 200
@@ -223,6 +224,16 @@ counts too, is counted by tiktoken when it is installed (which lets the other th
 run meanwhile); a shorter one costs less to count than to hand the GIL over."""
 SHARED_WINDOW = 0.005
 """Seconds: a count that follows another thread's count this closely is shared."""
+_sharing = True
+
+
+def share_counts(enabled: bool) -> None:
+    """Whether ``EncodingCounter`` counts with tiktoken while threads count at once
+    (on by default, when tiktoken is installed; see ``EncodingCounter``). Off, every
+    count is ``bpe-openai``'s and tiktoken is never built (some 80 MB a process): the
+    server turns it off, since its workers are processes, one per CPU."""
+    global _sharing
+    _sharing = enabled
 
 
 class EncodingCounter(ChatCounter):
@@ -237,7 +248,8 @@ class EncodingCounter(ChatCounter):
     before) and tiktoken is installed (``chathistory[tiktoken]``; it is loaded in
     the background at the first such count, ~0.5 s, ``bpe-openai`` counting until
     then), tiktoken counts: 8 threads appending to one store made 10-15% more
-    appends a second so (``python -m bench writes --cells pg_threads redis_threads``).
+    appends a second so (docs/tokens.md), for some 80 MB more memory in the process
+    (``share_counts(False)`` turns this off).
     Special-token text such as ``<|endoftext|>`` inside a message is counted as
     ordinary text, as it is for user input.
     """
@@ -286,7 +298,7 @@ class EncodingCounter(ChatCounter):
     def count_text(self, text: str) -> int:
         if not text:
             return 0
-        if len(text) >= SHARED_CHARS:
+        if len(text) >= SHARED_CHARS and _sharing:
             if len(text) > OFFLOAD_CHARS and _offload is not None:
                 return _offload(self.encoding, text)
             me, now = threading.get_ident(), time.monotonic()

@@ -156,3 +156,27 @@ def _state(pid: int) -> str:
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+def test_the_server_counts_without_tiktoken_threads(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: object) -> None:
+    """The workers are processes, one per CPU: the server turns tiktoken's shared counts
+    off (``tokens.share_counts``), and a long text counted by two threads in turn is
+    bpe-openai's."""
+    from chathistory import tokens
+    from chathistory.server.app import create_app
+    from chathistory.stores import MemoryStore
+
+    monkeypatch.setattr(tokens, "_sharing", True)
+    monkeypatch.setattr(tokens, "SHARED_WINDOW", 60.0)
+    create_app(MemoryStore(), asset_dir=tmp_path)  # type: ignore[arg-type]
+    assert tokens._sharing is False
+    counter = EncodingCounter("o200k_base")
+    shared: list[str] = []
+    counter._shared, counter._shared_asked = shared.append, True  # type: ignore[assignment]
+    text = "word " * 200
+    threads = [threading.Thread(target=counter.count_text, args=(text,)) for _ in range(2)]
+    for t in threads:
+        t.start()
+        t.join()
+    assert shared == []

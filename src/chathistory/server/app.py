@@ -36,7 +36,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..assets import FileAssetStore
 from ..model.parts import MAX_ATTACHMENT_BYTES
 from ..stores.base import Store
-from ..tokens import EncodingCounter
+from ..tokens import share_counts
 from . import OPENAI_PREFIX, auth
 from .errors import HTTPError, error_body, error_headers
 from .frontdoor import OpenModePolicy, credential
@@ -441,8 +441,10 @@ def create_app(store: Store, *, keys_required: bool = False,
     service = Service(store, keys_required=keys_required, asset_dir=asset_dir,
                       limits=limits or Limits(), key_cache_seconds=key_cache_seconds)
     store.counter.count_text("warm up")  # loads a tokenizer's tables now, not on a request
-    if isinstance(store.counter, EncodingCounter):  # and the one requests share (tiktoken)
-        store.counter.load_shared()
+    # counts stay bpe-openai's: tiktoken's (tokens.share_counts) lets a process's other
+    # threads run while one counts, but the workers are processes, one per CPU: no more
+    # appends a second measured (bench service), and some 80 MB more a worker
+    share_counts(False)
     start_processes()  # long texts are counted there: the tokenizers hold the GIL
     # a worker thread in Python code gives the GIL up after this long: the loop waits at
     # most that long for it (Python's default, 5 ms, adds up over a request's steps)
