@@ -306,3 +306,23 @@ def test_an_approx_counter_is_made_again_from_its_name() -> None:
     for bad in ("approx:0", "approx:", "approx:x", "approx:1000"):
         with pytest.raises(ValueError, match="approx:N"):
             get_counter(bad)
+
+
+@pytest.mark.parametrize("sharing", [True, False])
+def test_a_text_past_offload_chars_goes_to_the_offload_whether_counts_are_shared_or_not(
+        monkeypatch: pytest.MonkeyPatch, sharing: bool) -> None:
+    """The server shares no counts and offloads long texts to its processes: turning
+    the one off must leave the other on (it once did not: 9 MB appends then held the
+    GIL for half a second each)."""
+    monkeypatch.setattr(tokens, "_sharing", sharing)
+    offloaded: list[tuple[str, int]] = []
+
+    def offload(encoding: str, text: str) -> int:
+        offloaded.append((encoding, len(text)))
+        return 7
+    monkeypatch.setattr(tokens, "_offload", offload)
+    counter = EncodingCounter("o200k_base")
+    text = "x" * (tokens.OFFLOAD_CHARS + 1)
+    assert counter.count_text(text) == 7
+    assert offloaded == [("o200k_base", len(text))]
+    assert counter.count_text("hello world") == 2 and len(offloaded) == 1

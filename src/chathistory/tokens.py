@@ -298,9 +298,9 @@ class EncodingCounter(ChatCounter):
     def count_text(self, text: str) -> int:
         if not text:
             return 0
+        if len(text) > OFFLOAD_CHARS and _offload is not None:
+            return _offload(self.encoding, text)
         if len(text) >= SHARED_CHARS and _sharing:
-            if len(text) > OFFLOAD_CHARS and _offload is not None:
-                return _offload(self.encoding, text)
             me, now = threading.get_ident(), time.monotonic()
             shared = me != self._last_thread and now - self._last_at < SHARED_WINDOW
             self._last_thread, self._last_at = me, now
