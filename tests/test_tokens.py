@@ -153,6 +153,21 @@ def test_counts_are_shared_only_while_threads_count_at_once(
         assert used == []
 
 
+def test_a_tiktoken_that_loads_its_tables_otherwise_is_not_used(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """tiktoken's constructor is called with bpe-openai's tables in place of its loader;
+    a constructor that no longer calls that loader would download: it is not called."""
+    public = pytest.importorskip("tiktoken_ext.openai_public")
+    called: list[str] = []
+
+    def o200k_base() -> dict[str, Any]:
+        called.append("o200k_base")
+        raise AssertionError("the constructor ran")
+    monkeypatch.setattr(public, "o200k_base", o200k_base)
+    assert tokens._tiktoken_count.__wrapped__("o200k_base") is None
+    assert called == []
+
+
 def test_without_tiktoken_threads_count_with_bpe_openai(monkeypatch: pytest.MonkeyPatch
                                                         ) -> None:
     import builtins

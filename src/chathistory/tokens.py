@@ -206,6 +206,8 @@ def _tiktoken_count(encoding: str) -> Callable[[str], int] | None:
     ranks = {base64.b64decode(token): int(rank)
              for token, rank in (line.split() for line in raw.splitlines() if line)}
     maker = getattr(openai_public, encoding)
+    if "load_tiktoken_bpe" not in maker.__code__.co_names:
+        return None  # a tiktoken that loads its tables otherwise: never download them
     offline = types.FunctionType(maker.__code__, {
         **maker.__globals__, "load_tiktoken_bpe": lambda *_a, **_k: ranks})
     spec = offline()
