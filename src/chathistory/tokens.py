@@ -189,14 +189,17 @@ def _bpe_openai_count(encoding: str) -> Callable[[str], int]:
 def _tiktoken_count(encoding: str) -> Callable[[str], int] | None:
     """tiktoken's count for ``encoding`` built from the tables ``bpe-openai`` ships
     (tiktoken itself would download them), or None without tiktoken; built once a
-    process (~0.5 s, some tens of MB). Its constructor
-    (the split pattern and the special tokens) is tiktoken's own, called with a
-    loader of those tables in place of its download, the module left as it is."""
+    process (~0.5 s, some 80 MB). Its constructor (the split pattern and the special
+    tokens) is tiktoken's own, called with a loader of those tables in place of its
+    download, the module left as it is."""
     try:
         import tiktoken
         from tiktoken_ext import openai_public  # type: ignore[import-untyped]
     except ImportError:
         return None
+    maker = getattr(openai_public, encoding)
+    if "load_tiktoken_bpe" not in maker.__code__.co_names:
+        return None  # a tiktoken that loads its tables otherwise: never download them
     import base64
     import gzip
     from importlib import resources
@@ -205,9 +208,6 @@ def _tiktoken_count(encoding: str) -> Callable[[str], int] | None:
                           .joinpath(f"{encoding}.tiktoken.gz").read_bytes())
     ranks = {base64.b64decode(token): int(rank)
              for token, rank in (line.split() for line in raw.splitlines() if line)}
-    maker = getattr(openai_public, encoding)
-    if "load_tiktoken_bpe" not in maker.__code__.co_names:
-        return None  # a tiktoken that loads its tables otherwise: never download them
     offline = types.FunctionType(maker.__code__, {
         **maker.__globals__, "load_tiktoken_bpe": lambda *_a, **_k: ranks})
     spec = offline()
@@ -277,8 +277,7 @@ class EncodingCounter(ChatCounter):
 
     def load_shared(self) -> bool:
         """Build the count that threads counting at once use (tiktoken's) now, rather
-        than in the background at the first such count (the server does, at start);
-        False without tiktoken."""
+        than in the background at the first such count; False without tiktoken."""
         with self._shared_lock:
             self._shared_asked = True
         if self._shared is None:
