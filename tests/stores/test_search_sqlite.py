@@ -793,3 +793,61 @@ def test_query_plans_stay_on_the_index(store: SQLiteStore) -> None:
                                          ["SCAN", "se"]) for p in plan), plan
         assert plan.count("USE TEMP B-TREE FOR ORDER BY") == 2, plan  # the candidates, then
         # the page of at most `limit` rows: never the matches themselves
+
+
+def _pending(store: SQLiteStore) -> set[int]:
+    return {at for (at,) in store._conn.execute("SELECT id FROM search_pending")}
+
+
+def test_an_append_reads_the_state_again_after_another_store_marked_it_stale(
+        tmp_path: Path) -> None:
+    """An append takes the index's state as its store's last append left it only while
+    no other connection committed (``PRAGMA data_version``): after a ``search=off``
+    store's write marked the index stale, this store's next append pends nothing."""
+    path = tmp_path / "kept.db"
+    mine, other = SQLiteStore(path, counter="approx"), SQLiteStore(
+        path, counter="approx", search=False)
+    try:
+        mine.create_session("s")
+        mine.append("s", [Message.user("one")])
+        assert mine._known is not None and mine._known.state.state == "ready"
+        before = _pending(mine)
+        assert before
+        other.append("s", [Message.user("two")])  # marks the index stale
+        mine.append("s", [Message.user("three")])
+        assert _pending(mine) == before
+        assert mine.search_index_state().state == "stale"
+        assert mine._known is not None and mine._known.state.state == "stale"
+    finally:
+        mine.close()
+        other.close()
+
+
+def test_an_append_after_another_transaction_of_its_store_reads_the_state_again(
+        store: SQLiteStore) -> None:
+    """What an append keeps for the next is dropped by any other transaction of the
+    store: a session deleted (its number with it) and made again gets a new number,
+    and its new message is found."""
+    store.create_session("s")
+    store.append("s", [Message.user("apricot")])
+    assert store._known is not None
+    old = store._known.nums[("default", "s")]
+    store.delete_session("s")
+    assert store._known is None
+    store.create_session("s")
+    store.append("s", [Message.user("blueberry")])
+    assert store._known is not None and store._known.nums[("default", "s")] != old
+    assert [h.message.text for h in store.search("blueberry").items] == ["blueberry"]
+    assert store.search("apricot").items == []
+    assert_index_matches_rows(store)
+
+
+def test_appends_inside_a_transaction_of_the_caller_keep_nothing(store: SQLiteStore) -> None:
+    store.create_session("s")
+    with store.atomic():
+        store.append("s", [Message.user("one")])
+        store.append("s", [Message.user("two")])
+    assert store._known is None
+    store.append("s", [Message.user("three")])
+    assert store._known is not None and len(store._known.nums) == 1
+    assert [h.message.text for h in store.search("two").items] == ["two"]

@@ -50,7 +50,7 @@ from .base import BaseStore
 from .model import SESSION_DECODER, Row, Session, make_row, utcnow
 from .search import search_option
 from .sqlite_schema import MIGRATIONS
-from .sqlite_search import AUTO_BUILD_ROWS, IndexedSearch, Pended, note_appended
+from .sqlite_search import AUTO_BUILD_ROWS, IndexedSearch, Known, Pended, note_appended
 
 __all__ = ["MIGRATIONS", "SQLiteStore"]
 
@@ -156,13 +156,14 @@ class _Txn(AppendTxn):
     the store keeps the search index; ``pending``: what ``write`` added to the rows left
     to index."""
 
-    __slots__ = ("conn", "pending", "search", "session", "session_id", "tenant")
+    __slots__ = ("conn", "known", "pending", "search", "session", "session_id", "tenant")
 
     def __init__(self, conn: sqlite3.Connection, tenant: str, session_id: str,
-                 search: bool) -> None:
+                 search: bool, known: Known | None) -> None:
         self.conn, self.tenant, self.session_id = conn, tenant, session_id
         self.search = search
         self.pending: Pended | None = None
+        self.known = known  # in: what the last append left (if valid); out: what this one does
         found = conn.execute(_GET_SESSION, (tenant, session_id)).fetchone()
         self.session: Session | None = (None if found is None
                                         else SESSION_DECODER.decode(found[0]))
@@ -191,7 +192,7 @@ class _Txn(AppendTxn):
             conn.executemany(_INSERT_MESSAGE, [(*key, *r) for r in rows])
         if calls:
             conn.executemany(_INSERT_CALL, [(*key, c, seq) for c, seq in calls.items()])
-        self.pending = note_appended(conn, self.search, *key, rows)
+        self.pending, self.known = note_appended(conn, self.search, *key, rows, self.known)
         for sha, (data, mime_type) in assets.items():
             conn.execute("INSERT OR IGNORE INTO assets (tenant, sha256, mime_type, data) "
                          "VALUES (?, ?, ?, ?)", (self.tenant, sha, mime_type, data))
@@ -230,6 +231,9 @@ class SQLiteStore(IndexedSearch, BaseStore):
         self.synchronous = synchronous
         self.search_indexed = bool(search)
         self._lock = threading.RLock()
+        self._known: Known | None = None
+        self._known_before: Known | None = None
+        self._known_after: Known | None = None
         # Writes go through one connection behind one lock (a transaction at a time);
         # reads outside a transaction use a connection of their own thread, so a long
         # read (a search over many sessions) never holds up another thread's read or
@@ -323,6 +327,10 @@ class SQLiteStore(IndexedSearch, BaseStore):
                     raise
                 conn.execute("RELEASE nested")
                 return
+            # what the last transaction, when it was an append, left for the next one
+            # (note_appended): any other transaction drops it
+            self._known_before, self._known = self._known, None
+            self._known_after = None
             self._begin(conn)
             try:
                 yield conn
@@ -330,6 +338,7 @@ class SQLiteStore(IndexedSearch, BaseStore):
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+            self._known, self._known_after = self._known_after, None
 
     def _reader(self) -> sqlite3.Connection | None:
         """This thread's read connection; None inside a transaction of this thread
@@ -486,10 +495,14 @@ class SQLiteStore(IndexedSearch, BaseStore):
         # BEGIN IMMEDIATE holds the file's write lock for the whole function, so
         # there is no write race to retry: fn runs exactly once.
         with self.atomic() as conn:
-            txn = _Txn(conn, tenant, session_id, self.search_indexed)
+            alone = self._local.atomic == 1  # this append's own transaction
+            txn = _Txn(conn, tenant, session_id, self.search_indexed,
+                       self._known_before if alone else None)
             result = fn(txn)
             pended = txn.pending
             epoch = 0 if pended is None else self._observe(pended.data_version)
+            if alone:
+                self._known_after = txn.known  # kept if the transaction commits
         if pended is not None and not self._in_transaction():
             self._hand_off(tenant, pended, epoch)
             try:  # committed: a failure here is the next search's to report
