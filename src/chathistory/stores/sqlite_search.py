@@ -309,7 +309,7 @@ def note_appended(conn: sqlite3.Connection, keep: bool, tenant: str, session_id:
     state = known.state
     if not keep or not state.kept:
         if state.state != "stale":
-            _mark_stale(conn, state)
+            conn.execute(_MARK_STALE)
             return None, None  # the state changed: read it again next time
         return None, known
     covered = [r for r in rows if state.covers(tenant, session_id, r.seq)]
