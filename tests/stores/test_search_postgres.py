@@ -18,6 +18,8 @@ from typing import Any
 import msgspec
 import pytest
 import test_search_contract as contract
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chathistory import Message
 from chathistory.model import ToolCall
@@ -123,6 +125,36 @@ def test_long_words_are_indexed_by_their_start_and_checked(fresh: PostgresStore)
     assert kept <= pg_search.WORDS_CHARS
     assert [h.seq for h in fresh.search("w7").items] == [2]  # the first words are in
     assert fresh.search("w59999").items == []  # (past the cut)
+
+
+def _oracle_row_words(data: bytes) -> str:
+    """``row_words`` as its docstring says it, written out plainly here."""
+    found = index_words(data).split()
+    cut = [w[:pg_search.WORD_CHARS] for w in found]
+    text = " ".join(sorted(set(cut)))
+    if len(text) > pg_search.WORDS_CHARS:
+        first = " ".join(dict.fromkeys(cut))
+        first = first[:max(0, first.rfind(" ", 0, pg_search.WORDS_CHARS + 1))]
+        text = " ".join(sorted(first.split(" "))) if first else ""
+    return text
+
+
+_WORDISH = st.text(alphabet=st.sampled_from("abcXYZé09_- .,\n\u00e9\u0301\u4e2d"), max_size=80)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_WORDISH, st.integers(60, 70).map(lambda n: "q" * n)), max_size=12))
+def test_row_words_matches_its_definition(pieces: list[str]) -> None:
+    data = msgspec.json.encode(Message.user("x " + " ".join(pieces)))
+    assert pg_search.row_words(data) == _oracle_row_words(data)
+
+
+def test_row_words_caps_what_it_keeps() -> None:
+    huge = " ".join(f"w{i}" for i in range(60_000)) + " " + "z" * 70
+    data = msgspec.json.encode(Message.user(huge))
+    kept = pg_search.row_words(data)
+    assert kept == _oracle_row_words(data)
+    assert 0 < len(kept) <= pg_search.WORDS_CHARS and "w0" in kept.split()
 
 
 def test_query_words_are_data(fresh: PostgresStore) -> None:
