@@ -479,8 +479,15 @@ def test_an_interrupted_deletion_is_finished_and_a_running_one_waited_for(
     store.pop(cid, tenant="A")  # the crash came here: ids[2:] are off, ids[1] still there
     busy = a.get(f"{P}/conversations/{cid}/items")
     error(busy, 409)
-    assert busy.headers["retry-after-ms"] == "100"
+    assert busy.headers["retry-after-ms"] == "100"  # the rewrite has just begun
     error(a.post(f"{P}/conversations/{cid}/items", json={"items": [user("x")]}), 409)
+    for ran, hint in ((0.6, range(600, 700)), (5.0, [2000])):  # as long again, at most 2 s
+        slow = {**journal, "at": time.time() - ran}
+        store.update_session(cid, tenant="A", state={**session.state, JOURNAL: slow})
+        busy = a.get(f"{P}/conversations/{cid}/items")
+        error(busy, 409)
+        assert int(busy.headers["retry-after-ms"]) in hint, busy.headers
+        assert busy.headers["retry-after"] == str(-(-int(busy.headers["retry-after-ms"]) // 1000))
     stale = {**journal, "at": time.time() - STALE_SECONDS - 1}
     store.update_session(cid, tenant="A", state={**session.state, JOURNAL: stale})
     assert all_ids(a, cid) == ids

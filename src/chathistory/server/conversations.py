@@ -71,7 +71,21 @@ JOURNAL = BOOKKEEPING_KEY + ".conversations"
 STALE_SECONDS = 10.0
 """A deletion's journal older than this is a crashed deletion's: it is finished."""
 _RETRY_SOON = {"Retry-After": "1", "retry-after-ms": "100"}
-"""On a 409 for a conversation being rewritten (the OpenAI SDK reads retry-after-ms)."""
+"""On a 409 for a conversation that kept changing (the OpenAI SDK reads retry-after-ms)."""
+REWRITE_HINT_MS = (100, 2000)
+"""The least and the most ``retry-after-ms`` of a 409 while a deletion rewrites a
+conversation (``_retry_rewrite``)."""
+
+
+def _retry_rewrite(started: float) -> dict[str, str]:
+    """The retry hint of a 409 while a deletion that began at ``started`` (epoch
+    seconds) rewrites the conversation: as long again as it has run so far, within
+    ``REWRITE_HINT_MS``. A rewrite that is slow (a busy database) stays slow, and the
+    SDK retries twice by default: at a fixed 100 ms its retries gave up after half a
+    second of a rewrite (a CI run), where these span several seconds."""
+    low, high = REWRITE_HINT_MS
+    ms = min(high, max(low, round((time.time() - started) * 1000)))
+    return {"Retry-After": str(-(-ms // 1000)), "retry-after-ms": str(ms)}
 _PREFIX = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 
 
@@ -196,7 +210,7 @@ def _session(store: Store, session_id: str, tenant: str) -> Session:
     started = journal.get("at")
     if isinstance(started, int | float) and 0 <= time.time() - started < STALE_SECONDS:
         raise HTTPError(409, "conflict", f"conversation {session_id!r} is being rewritten by "
-                        "the deletion of an item; try again", _RETRY_SOON)
+                        "the deletion of an item; try again", _retry_rewrite(started))
     return _restored(store, session)
 
 
