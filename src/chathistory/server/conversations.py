@@ -29,6 +29,7 @@ parses, routes and sends.
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
 import time
@@ -85,7 +86,9 @@ def _retry_rewrite(started: float) -> dict[str, str]:
     second of a rewrite (a CI run), where these span several seconds."""
     low, high = REWRITE_HINT_MS
     ms = min(high, max(low, round((time.time() - started) * 1000)))
-    return {"Retry-After": str(-(-ms // 1000)), "retry-after-ms": str(ms)}
+    return {"Retry-After": str(math.ceil(ms / 1000)), "retry-after-ms": str(ms)}
+
+
 _PREFIX = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 
 
