@@ -332,10 +332,8 @@ def amplification(s: Served, target: str, seconds: float) -> Result:
         rss_before = rss_bytes(s.server.pid)
         statuses: list[int] = []
         names = []
-        rounds = 0
         until = time.monotonic() + seconds
-        while rounds == 0 or time.monotonic() < until:
-            rounds += 1
+        while True:  # rounds until ``seconds`` have passed, at least one
             for _ in range(10):
                 r = c.get(f"/v1/sessions/{sid}/messages", params={"start": 0,
                                                                    "format": "openai_chat"})
@@ -349,6 +347,8 @@ def amplification(s: Served, target: str, seconds: float) -> Result:
                 if i % 50 == 0:
                     c.get(f"/v1/sessions/{sid}/messages", params={
                         "max_tokens": 100, "counter": "gpt-4o-" + uuid.uuid4().hex * 1000})
+            if time.monotonic() >= until:
+                break
         grown = (rss_bytes(s.server.pid) - rss_before) / 2**20
     if set(statuses) != {422}:
         problems.append(f"formatted reads of 100 references answered {sorted(set(statuses))}")

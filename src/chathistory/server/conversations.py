@@ -78,14 +78,14 @@ REWRITE_HINT_MS = (100, 2000)
 conversation (``_retry_rewrite``)."""
 
 
-def _retry_rewrite(started: float) -> dict[str, str]:
-    """The retry hint of a 409 while a deletion that began at ``started`` (epoch
-    seconds) rewrites the conversation: as long again as it has run so far, within
-    ``REWRITE_HINT_MS``. A rewrite that is slow (a busy database) stays slow, and the
-    SDK retries twice by default: at a fixed 100 ms its retries gave up after half a
-    second of a rewrite (a CI run), where these span several seconds."""
+def _retry_rewrite(ran: float) -> dict[str, str]:
+    """The retry hint of a 409 while a deletion that has run ``ran`` seconds rewrites
+    the conversation: as long again, within ``REWRITE_HINT_MS``. A rewrite that is
+    slow (a busy database) stays slow, and the SDK retries twice by default: at a fixed
+    100 ms its retries gave up after half a second of a rewrite (a CI run), where these
+    span several seconds."""
     low, high = REWRITE_HINT_MS
-    ms = min(high, max(low, round((time.time() - started) * 1000)))
+    ms = min(high, max(low, round(ran * 1000)))
     return {"Retry-After": str(math.ceil(ms / 1000)), "retry-after-ms": str(ms)}
 
 
@@ -211,9 +211,10 @@ def _session(store: Store, session_id: str, tenant: str) -> Session:
     if not isinstance(journal, dict):
         return session
     started = journal.get("at")
-    if isinstance(started, int | float) and 0 <= time.time() - started < STALE_SECONDS:
+    ran = time.time() - started if isinstance(started, int | float) else -1.0
+    if 0 <= ran < STALE_SECONDS:
         raise HTTPError(409, "conflict", f"conversation {session_id!r} is being rewritten by "
-                        "the deletion of an item; try again", _retry_rewrite(started))
+                        "the deletion of an item; try again", _retry_rewrite(ran))
     return _restored(store, session)
 
 
