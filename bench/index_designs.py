@@ -29,6 +29,11 @@ Variants (the rows' data handed to the thread as the store hands it off):
   tokenizer cuts it, in C), its words otherwise, written to an FTS5 table in the
   store's file under the store's lock (an FTS5 table of one tenant: no prefix).
 - ``raw, own file``: the same text, to a table in another file, its own connection.
+- ``log, prefixed, own file``: the second-file design with its bookkeeping in the
+  store's file: each append's transaction adds a row to a log table (its key the log's
+  order), and the indexer, per batch, reads the log's unapplied tail (where removals
+  would be), writes the prefixed cut to FTS5 in another file with the log position it
+  reached, then deletes the applied log rows in a transaction of the store.
 
 Not a design of the store: a prototype's measure (removals, rowid reuse and crash
 recovery are not modelled), kept so that the numbers in docs/stores.md can be rerun.
@@ -73,7 +78,7 @@ def _indexing(work: Callable[..., Any]) -> Callable[..., Any]:
                 _INDEX_CPU[me] = _INDEX_CPU.get(me, 0.0) + spent
     return timed
 VARIANTS = ("off", "store", "handed only", "cut only", "prefixed, own file", "raw, store's file",
-            "raw, own file")
+            "raw, own file", "log, prefixed, own file")
 _FTS = ("CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(words, content='', "
         "tokenize='ascii', detail=full)")
 
@@ -152,6 +157,32 @@ def _own_file(path: Path) -> Callable[[list[tuple[int, str]]], None]:
     return write
 
 
+def _logged_own_file(store: Any, path: Path) -> Callable[[list[tuple[int, str]]], None]:
+    """The second-file design's writes: FTS5 and the log position reached in a file of
+    its own, then the applied log rows deleted from the store's file."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute(_FTS.format(name="w"))
+    conn.execute("INSERT INTO w (w, rank) VALUES ('automerge', 16)")
+    conn.execute("CREATE TABLE applied (seq INTEGER NOT NULL)")
+    conn.execute("INSERT INTO applied VALUES (0)")
+
+    def write(docs: list[tuple[int, str]]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        done = conn.execute("SELECT seq FROM applied").fetchone()[0]
+        # the unapplied tail of the log, as the store's readers see it (removals)
+        tail = store._fetch("SELECT max(seq), count(data) FROM bench_log WHERE seq > ?",
+                            (done,))
+        upto = tail[0][0] or done
+        conn.executemany("INSERT INTO w (rowid, words) VALUES (?, ?)", docs)
+        conn.execute("UPDATE applied SET seq = ?", (upto,))
+        conn.execute("COMMIT")
+        with store.atomic() as main:
+            main.execute("DELETE FROM bench_log WHERE seq <= ?", (upto,))
+    return write
+
+
 def _store_file(store: Any) -> Callable[[list[tuple[int, str]]], None]:
     with store.atomic() as conn:
         conn.execute(_FTS.format(name="bench_one_tenant"))
@@ -173,6 +204,22 @@ def run(rounds: int, appends: int, out: Callable[[str], None] = print) -> dict[s
     tmp = Path(tempfile.mkdtemp(prefix="chathistory-index-designs-"))
     off = SQLiteStore(tmp / "off.db", search=False)
     on = SQLiteStore(tmp / "on.db")
+    logged = SQLiteStore(tmp / "logged.db", search=False)
+    with logged.atomic() as conn:
+        conn.execute("CREATE TABLE bench_log (seq INTEGER PRIMARY KEY, id INTEGER NOT NULL, "
+                     "data BLOB)")
+    log_ids = itertools.count(1)
+    plain_append = logged._b_append
+
+    def logged_append(tenant: str, session_id: str, fn: Any, ids: Any = ()) -> Any:
+        """The append with a log row in its transaction (the design's pending entry)."""
+        def with_log(txn: Any) -> Any:
+            result = fn(txn)
+            txn.conn.execute("INSERT INTO bench_log (id) VALUES (?)", (next(log_ids),))
+            return result
+        return plain_append(tenant, session_id, with_log, ids)
+
+    logged._b_append = logged_append  # type: ignore[method-assign]
     prefix = tenant_prefix("default")
 
     def prefixed(row: bytes) -> str:
@@ -184,13 +231,15 @@ def run(rounds: int, appends: int, out: Callable[[str], None] = print) -> dict[s
         "prefixed, own file": _Indexer(prefixed, _own_file(tmp / "prefixed.db")),
         "raw, store's file": _Indexer(_raw_text, _store_file(off)),
         "raw, own file": _Indexer(_raw_text, _own_file(tmp / "raw.db")),
+        "log, prefixed, own file": _Indexer(prefixed, _logged_own_file(logged,
+                                                                      tmp / "logged-search.db")),
     }
 
     on._flush_pending = _indexing(on._flush_pending)  # type: ignore[method-assign]
 
     def one_round(name: str) -> tuple[float, float, float]:
         """Seconds per append: wall, the main thread's CPU but its indexing, indexing."""
-        store = on if name == "store" else off
+        store = on if name == "store" else logged if name.startswith("log") else off
         indexer = indexers.get(name)
         session_id = f"d{uuid.uuid4().hex[:12]}"
         store.create_session(session_id)
@@ -228,6 +277,7 @@ def run(rounds: int, appends: int, out: Callable[[str], None] = print) -> dict[s
         indexer.close()
     off.close()
     on.close()
+    logged.close()
     base = statistics.median(w for w, _m, _i in times["off"])
     rows = {name: {"us": statistics.median(w for w, _m, _i in v) * 1e6,
                    "ratio": statistics.median(w for w, _m, _i in v) / base,
