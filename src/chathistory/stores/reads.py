@@ -9,6 +9,7 @@ results. The ``*_json`` reads pass the stored JSON through undecoded.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -137,9 +138,14 @@ class Reads(Sessions):
         session, first_rows = self._probed(probe, session_id, tenant)
         chosen: list[Row] = []
         count = 0
-        if n:
-            groups = self._groups_backward(session, max(0, session.message_count - n - 1),
-                                           first_rows)
+        if n and session.message_count:
+            first_lo = max(0, session.message_count - n - 1)
+            if first_rows is None:  # the walk's first batch, read here to try the fast path
+                first_rows = self._read(session, first_lo, session.message_count)
+            fast = whole_tail(first_rows, n, session.message_count, include_marked)
+            if fast is not None:
+                return fast
+            groups = self._groups_backward(session, first_lo, first_rows)
             for group in groups:
                 if not _usable(group, include_marked):
                     continue
@@ -493,6 +499,28 @@ def _groups(rows: Sequence[Row]) -> Iterator[Sequence[Row]]:
             j += 1
         yield rows[i:j]
         i = j
+
+
+def whole_tail(rows: list[Row], n: int, count: int, include_marked: bool) -> list[Row] | None:
+    """``tail``'s fast path: the newest ``n`` of ``rows`` (the newest rows of a session of
+    ``count`` messages, in order) when each of them is a whole group of its own that
+    the read keeps (plain chat: every message may start a selection, none is marked or
+    an orphan), which is then what walking the groups gives; None otherwise, and the
+    walk decides. Walking 21 rows one group at a time cost 10-12 us of a Redis
+    ``tail(sid, 20)`` of 130 us (and as much of every backend's tail); the test of each
+    row here costs about 1 us. ``tests/stores/test_tail_fast_path.py`` checks it
+    against the walk."""
+    start = len(rows) - n
+    if start < 0:  # the whole session, if these rows are all of it
+        if not rows or rows[0].seq != 0:
+            return None
+        start = 0
+    if rows[-1].seq != count - 1 or rows[-1].seq - rows[start].seq != len(rows) - 1 - start:
+        return None  # not the newest rows, or not one after the other
+    for r in itertools.islice(rows, start, None):
+        if not r.cut_ok or r.orphan or (r.status != _LOADED and not include_marked):
+            return None
+    return rows[start:]
 
 
 def _usable(group: Sequence[Row], include_marked: bool) -> bool:

@@ -1,0 +1,124 @@
+"""``tail``'s fast path (``reads.whole_tail``) against the walk over groups it skips.
+
+The fast path answers when each of the newest rows is a group of its own that the
+read keeps; the walk (``Reads._groups_backward``) is the plain path. On every backend,
+for conversations of every shape ``pair_shapes`` builds, with messages marked or
+unloaded and results without their call, both paths give the same rows for every
+``n`` and both ``include_marked``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from unittest import mock
+
+import pair_shapes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chathistory import KVStatus, Message
+from chathistory.stores import BaseStore, reads
+from chathistory.stores.model import Row
+
+_EXAMPLES = settings(max_examples=int(os.environ.get("CHATHISTORY_PAIR_EXAMPLES", "30")),
+                     deadline=None, derandomize=True,
+                     suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                            HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _ids(messages: list[Message]) -> list[str]:
+    return [m.id for m in messages]
+
+
+class _Spy:
+    """``whole_tail`` as shipped, counting the reads it answered."""
+
+    def __init__(self) -> None:
+        self.answered = 0
+
+    def __call__(self, *args: Any) -> list[Row] | None:
+        found = _WHOLE_TAIL(*args)
+        self.answered += found is not None
+        return found
+
+
+_WHOLE_TAIL = reads.whole_tail
+
+
+def _walked(store: BaseStore, session_id: str, n: int, include_marked: bool) -> list[str]:
+    with mock.patch.object(reads, "whole_tail", lambda *args: None):
+        return _ids(store.tail(session_id, n, include_marked=include_marked))
+
+
+@given(data=st.data())
+@_EXAMPLES
+def test_the_fast_path_reads_what_the_walk_reads(store: BaseStore, data: st.DataObject) -> None:
+    msgs = data.draw(pair_shapes.conversations(), "messages")
+    if data.draw(st.booleans(), "a result without its call"):
+        msgs.append(Message.tool_result("no-such-call", "stray"))  # an orphan
+    msgs += [Message.user("and then?"), Message.assistant("then this.")][
+        :data.draw(st.integers(0, 2), "plain chat at the end")]
+    s = store.create_session()
+    for batch in data.draw(pair_shapes.batches(msgs), "batches"):
+        store.append(s.id, batch)
+    marked = data.draw(st.lists(st.sampled_from(msgs), max_size=3, unique_by=lambda m: m.id),
+                       "marked")
+    if marked:
+        status = data.draw(st.sampled_from([KVStatus.MARKED, KVStatus.UNLOADED]), "status")
+        store.mark(s.id, [m.id for m in marked], status)
+    spy = _Spy()
+    for n in range(len(msgs) + 2):
+        for include_marked in (False, True):
+            with mock.patch.object(reads, "whole_tail", spy):
+                fast = _ids(store.tail(s.id, n, include_marked=include_marked))
+            assert fast == _walked(store, s.id, n, include_marked), \
+                (n, include_marked, pair_shapes.describe(msgs), _ids(marked))
+
+
+def test_the_fast_path_answers_plain_chat_and_leaves_the_rest_to_the_walk(
+        store: BaseStore) -> None:
+    chat = store.create_session()
+    msgs = [Message.user(f"q{i}") if i % 2 == 0 else Message.assistant(f"a{i}")
+            for i in range(6)]
+    store.append(chat.id, msgs)
+    spy = _Spy()
+    with mock.patch.object(reads, "whole_tail", spy):
+        assert _ids(store.tail(chat.id, 3)) == _ids(msgs[3:])
+        assert _ids(store.tail(chat.id, 10)) == _ids(msgs)  # the whole session
+        assert spy.answered == 2
+        store.mark(chat.id, [msgs[4].id], KVStatus.MARKED)
+        assert _ids(store.tail(chat.id, 3)) == _ids([msgs[2], msgs[3], msgs[5]])
+        assert spy.answered == 2  # a marked row among the newest: the walk
+        assert _ids(store.tail(chat.id, 3, include_marked=True)) == _ids(msgs[3:])
+        assert spy.answered == 3
+
+        tools = store.create_session()
+        turn = [Message.user("weather?"),
+                Message.assistant("", [{"id": "c1", "name": "weather", "arguments": {}}]),
+                Message.tool_result("c1", "sunny")]
+        store.append(tools.id, turn)
+        assert _ids(store.tail(tools.id, 1)) == _ids(turn[1:])  # widened to the call
+        assert spy.answered == 3
+
+
+def _row(seq: int, *, cut_ok: bool = True, orphan: bool = False,
+         status: int = int(KVStatus.LOADED)) -> Row:
+    return Row(seq, f"m{seq}", "user", b"{}", 1, seq, cut_ok, orphan, status, 1)
+
+
+def test_the_fast_path_takes_only_the_newest_rows_one_after_the_other() -> None:
+    rows = [_row(s) for s in range(4, 10)]
+    assert reads.whole_tail(rows, 3, 10, False) == rows[3:]
+    assert reads.whole_tail(rows, 3, 11, False) is None  # not the newest rows
+    assert reads.whole_tail([*rows[:4], *rows[5:]], 3, 10, False) is None  # one missing
+    assert reads.whole_tail(rows, 9, 10, False) is None  # the session starts before them
+    whole = [_row(s) for s in range(3)]
+    assert reads.whole_tail(whole, 9, 3, False) == whole  # all of a short session
+    assert reads.whole_tail([_row(9, cut_ok=False), *rows[1:]][-3:], 3, 10, False) == \
+        rows[3:]  # a row before the newest n is not looked at
+    assert reads.whole_tail([*rows[:5], _row(9, orphan=True)], 3, 10, False) is None
+    assert reads.whole_tail([*rows[:5], _row(9, cut_ok=False)], 3, 10, False) is None
+    unloaded = [*rows[:5], _row(9, status=int(KVStatus.UNLOADED))]
+    assert reads.whole_tail(unloaded, 3, 10, False) is None
+    assert reads.whole_tail(unloaded, 3, 10, True) == unloaded[3:]
