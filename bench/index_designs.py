@@ -1,6 +1,6 @@
 """SQLite search index designs: what keeps an append within 1.2x of ``search=off``?
 
-`python -m bench.index_designs [--rounds N] [--appends N]`
+`python -m bench.index_designs [--rounds N] [--appends N] [--synchronous FULL]`
 
 Issue 22 asks that the index add at most 20% to an append. The store's index (an FTS5
 table in the store's file, fed each word with its tenant's prefix by the store's
@@ -195,16 +195,17 @@ def _store_file(store: Any) -> Callable[[list[tuple[int, str]]], None]:
     return write
 
 
-def run(rounds: int, appends: int, out: Callable[[str], None] = print) -> dict[str, Any]:
+def run(rounds: int, appends: int, out: Callable[[str], None] = print,
+        synchronous: str = "NORMAL") -> dict[str, Any]:
     from chathistory.model.codec import encode
     from chathistory.stores.sqlite import SQLiteStore
     from chathistory.stores.sqlite_search import indexed_text, tenant_prefix
 
     pairs = list(itertools.islice(data.iter_messages(), appends))
     tmp = Path(tempfile.mkdtemp(prefix="chathistory-index-designs-"))
-    off = SQLiteStore(tmp / "off.db", search=False)
-    on = SQLiteStore(tmp / "on.db")
-    logged = SQLiteStore(tmp / "logged.db", search=False)
+    off = SQLiteStore(tmp / "off.db", search=False, synchronous=synchronous)
+    on = SQLiteStore(tmp / "on.db", synchronous=synchronous)
+    logged = SQLiteStore(tmp / "logged.db", search=False, synchronous=synchronous)
     with logged.atomic() as conn:
         conn.execute("CREATE TABLE bench_log (seq INTEGER PRIMARY KEY, id INTEGER NOT NULL, "
                      "data BLOB)")
@@ -264,6 +265,7 @@ def run(rounds: int, appends: int, out: Callable[[str], None] = print) -> dict[s
         return wall / n, max(0.0, main) / n, index / n
 
     out(f"SQLite index designs: {appends} ShareGPT appends a round, {rounds} rounds, "
+        f"the stores at synchronous={synchronous}, "
         f"the variants taking turns (python {sys.version.split()[0]}, "
         f"{os.cpu_count()} cpus)")
     times: dict[str, list[tuple[float, float, float]]] = {name: [] for name in VARIANTS}
@@ -290,7 +292,7 @@ def run(rounds: int, appends: int, out: Callable[[str], None] = print) -> dict[s
         row = rows[name]
         out(f"  {name:<{width}}  {row['us']:12.1f} us  {row['ratio']:6.2f}x  "
             f"{row['main_cpu_us']:12.1f} us  {row['index_cpu_us']:9.1f} us")
-    return {"rounds": rounds, "appends": appends, "variants": rows}
+    return {"rounds": rounds, "appends": appends, "synchronous": synchronous, "variants": rows}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -298,8 +300,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--appends", type=int, default=1200)
+    parser.add_argument("--synchronous", choices=("NORMAL", "FULL"), default="NORMAL",
+                        help="the stores' synchronous (the second files stay at NORMAL: "
+                        "an index is rebuilt from the store's file)")
     args = parser.parse_args(argv)
-    run(args.rounds, args.appends)
+    run(args.rounds, args.appends, synchronous=args.synchronous)
     return 0
 
 
