@@ -3,8 +3,8 @@
 The fast path answers when each of the newest rows is a group of its own that the
 read keeps; the walk (``Reads._groups_backward``) is the plain path. On every backend,
 for conversations of every shape ``pair_shapes`` builds, with messages marked or
-unloaded and results without their call, both paths give the same rows for every
-``n`` and both ``include_marked``.
+unloaded, results without their call and forks read through their parent, both paths
+give the same rows for every ``n`` and both ``include_marked``.
 """
 
 from __future__ import annotations
@@ -67,13 +67,24 @@ def test_the_fast_path_reads_what_the_walk_reads(store: BaseStore, data: st.Data
     if marked:
         status = data.draw(st.sampled_from([KVStatus.MARKED, KVStatus.UNLOADED]), "status")
         store.mark(s.id, [m.id for m in marked], status)
+    sessions = [(s.id, len(msgs))]
+    if data.draw(st.booleans(), "a fork"):  # read through its parent, its own marks over it
+        at = data.draw(st.sampled_from(msgs), "forked after")
+        fork = store.fork(s.id, at.id)
+        own = [Message.user("on the fork"), Message.assistant("forked answer")]
+        store.append(fork.id, own)
+        inherited = msgs[:msgs.index(at) + 1]
+        store.mark(fork.id, [data.draw(st.sampled_from(inherited), "marked on the fork").id],
+                   KVStatus.MARKED)
+        sessions.append((fork.id, len(inherited) + len(own)))
     spy = _Spy()
-    for n in range(len(msgs) + 2):
-        for include_marked in (False, True):
-            with mock.patch.object(reads, "whole_tail", spy):
-                fast = _ids(store.tail(s.id, n, include_marked=include_marked))
-            assert fast == _walked(store, s.id, n, include_marked), \
-                (n, include_marked, pair_shapes.describe(msgs), _ids(marked))
+    for session_id, count in sessions:
+        for n in range(count + 2):
+            for include_marked in (False, True):
+                with mock.patch.object(reads, "whole_tail", spy):
+                    fast = _ids(store.tail(session_id, n, include_marked=include_marked))
+                assert fast == _walked(store, session_id, n, include_marked), \
+                    (session_id, n, include_marked, pair_shapes.describe(msgs), _ids(marked))
 
 
 def test_the_fast_path_answers_plain_chat_and_leaves_the_rest_to_the_walk(
