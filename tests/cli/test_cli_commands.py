@@ -220,11 +220,12 @@ def test_migrate(cli: Run, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'fresh.db'}"
     first = cli("migrate", "--json", "--store", url).json()
     assert first["backend"] == "SQLiteStore"
-    steps = ["m001_initial", "m002_updated_at", "m003_regroup", "m004_search"]
-    assert first["schema_version"] == 4 and first["migrations"] == steps
+    steps = ["m001_initial", "m002_updated_at", "m003_regroup", "m004_search",
+             "m005_search_watermarks"]
+    assert first["schema_version"] == 5 and first["migrations"] == steps
     assert first["applied_now"] == steps and first["up_to_date"]
     again = cli("migrate", "--store", url).out
-    assert "schema version 4 (m004_search), nothing to apply" in again
+    assert "schema version 5 (m005_search_watermarks), nothing to apply" in again
     memory = cli("migrate", "--store", "memory://").out
     assert "MemoryStore has no schema migrations" in memory
 

@@ -66,7 +66,7 @@ def expected_content(store: SQLiteStore) -> Content:
     """What the index must hold: every stored row that is not pending, its words with
     its tenant's prefix, at their positions."""
     conn = store._conn
-    pending = {at for (at,) in conn.execute("SELECT id FROM search_pending")}
+    pending = left_rows(store)
     out: Content = set()
     for tenant, session_id, seq, data, num in conn.execute(
             "SELECT m.tenant, m.session_id, m.seq, m.data, ss.num FROM messages AS m LEFT JOIN "
@@ -89,8 +89,21 @@ def assert_index_matches_rows(store: SQLiteStore) -> None:
         store._conn.execute("INSERT INTO search_words (search_words) VALUES ('integrity-check')")
 
 
+def left_rows(store: SQLiteStore) -> set[int]:
+    """The FTS rowids of the rows left to index: each session's rows from its watermark
+    on."""
+    return {num << 32 | seq for num, seq in store._conn.execute(
+        "SELECT d.num, m.seq FROM search_dirty AS d JOIN search_sessions AS ss "
+        "ON ss.num = d.num JOIN messages AS m ON m.tenant = ss.tenant "
+        "AND m.session_id = ss.session_id AND m.seq >= d.from_seq")}
+
+
 def pending(store: SQLiteStore) -> int:
-    return int(store._fetch("SELECT count(*) FROM search_pending", ())[0][0])
+    """The rows left to index, as the store counts them in the database."""
+    with store._lock:  # between the indexer thread's transactions
+        counted = int(store._conn.execute(sqlite_search._LEFT).fetchone()[0])
+        assert counted == len(left_rows(store))
+    return counted
 
 
 def wait_for_the_indexer(store: SQLiteStore) -> None:
@@ -293,7 +306,7 @@ def test_appends_wait_in_the_pending_list_for_the_indexer_or_a_search(
 def test_a_flush_uses_words_cut_beforehand_only_for_the_same_data(store: SQLiteStore) -> None:
     store.create_session("s")
     store.append("s", [Message.user("real words"), Message.user("second one")])
-    first, second = (at for (at,) in store._conn.execute("SELECT id FROM search_pending"))
+    first, second = sorted(left_rows(store))
     prefix = sqlite_search.tenant_prefix("default")
     stale = {first: (b"{}", prefix + "bogus"),  # cut from other data: cut again
              second: (store._b_rows("default", "s", 1, 2)[0].data, prefix + "trusted")}
@@ -317,9 +330,10 @@ def test_a_batch_of_large_rows_is_cut_by_its_bytes(store: SQLiteStore, handed: b
     for name in ("flush", "flush_handed"):  # rows read back, and rows handed off
         real = getattr(sqlite_search, name)
 
-        def counting(*args: Any, real: Any = real, **kwargs: Any) -> int:
-            taken.append(real(*args, **kwargs))
-            return taken[-1]
+        def counting(*args: Any, real: Any = real, **kwargs: Any) -> Any:
+            found = real(*args, **kwargs)  # a count (flush), or the rowids (flush_handed)
+            taken.append(found if isinstance(found, int) else len(found))
+            return found
 
         monkeypatch.setattr(sqlite_search, name, counting)
     store.create_session("s")
@@ -366,23 +380,32 @@ def _reads_back(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The rowids of pending rows the indexer reads back from the database (the rows it
     was not handed)."""
     read: list[int] = []
-    real = sqlite_search.pending_rows
+    real = sqlite_search.rows_left
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         found = real(*args, **kwargs)
-        read.extend(at for at, _t, _d in found)
+        read.extend(at for at, _t, _d in found.rows)
         return found
 
-    monkeypatch.setattr(sqlite_search, "pending_rows", counting)
+    monkeypatch.setattr(sqlite_search, "rows_left", counting)
     return read
 
 
 def test_appended_rows_are_indexed_from_memory(store: SQLiteStore,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The indexer is handed each append's rows: it reads back from the database only a
-    row too large to hand off (``HANDOFF_ROW_BYTES``) and the rows past the handoff's
-    bytes (``HANDOFF_BYTES``), and the index is the same either way."""
+    row too large to hand off (``HANDOFF_ROW_BYTES``), the rows past the handoff's bytes
+    (``HANDOFF_BYTES``), and the session's rows after such a row (a watermark moves
+    without a gap) but their words are not cut again; the index is the same either way."""
     read = _reads_back(monkeypatch)
+    cut: list[bytes] = []
+    real = sqlite_search.indexed_text
+
+    def counting(prefix: str, data: bytes) -> str:
+        cut.append(data)
+        return real(prefix, data)
+
+    monkeypatch.setattr(sqlite_search, "indexed_text", counting)
     monkeypatch.setattr(sqlite_search, "HANDOFF_ROW_BYTES", 600)
     monkeypatch.setattr(sqlite_search, "HANDOFF_BYTES", 2000)
     store.create_session("s")
@@ -390,11 +413,13 @@ def test_appended_rows_are_indexed_from_memory(store: SQLiteStore,
     store.append("s", [Message.user("kiwi " * 200)])  # ~1 KB: not handed off
     store.append("s", [Message.user(f"{'pad ' * 100} kiwi {k}") for k in range(6)])
     assert store._handoff_bytes <= 2000
+    handed = len(store._handoff)
+    assert 5 <= handed < 11  # the first five, and some of the 400-byte rows
     assert len(store.search("kiwi", limit=100).items) == 12
     num = store._conn.execute("SELECT num FROM search_sessions").fetchone()[0]
     read_seqs = sorted({at - (num << 32) for at in read})
-    assert 5 in read_seqs and not set(read_seqs) & set(range(5)), read_seqs
-    assert len(read_seqs) < 7, read_seqs  # the handoff took some of the 400-byte rows
+    assert read_seqs == list(range(5, 12)), read_seqs  # from the first row not handed off
+    assert sorted(cut) == sorted(r.data for r in store._b_rows("default", "s", 0, 12))  # once each
     assert store._handoff_bytes == 0
     assert_index_matches_rows(store)
 
@@ -630,9 +655,10 @@ def _old_database(path: Path, sessions: int, per_session: int) -> None:
     store.close()
     conn = sqlite3.connect(path)
     with conn:
-        for table in ("search_words", "search_sessions", "search_pending", "search_state"):
+        for table in ("search_words", "search_sessions", "search_dirty", "search_state"):
             conn.execute(f"DROP TABLE {table}")
-        conn.execute("DELETE FROM migrations WHERE name = 'm004_search'")
+        conn.execute("DELETE FROM migrations WHERE name IN ('m004_search', "
+                     "'m005_search_watermarks')")
     conn.close()
 
 
@@ -795,8 +821,9 @@ def test_query_plans_stay_on_the_index(store: SQLiteStore) -> None:
         # the page of at most `limit` rows: never the matches themselves
 
 
-def _pending(store: SQLiteStore) -> set[int]:
-    return {at for (at,) in store._conn.execute("SELECT id FROM search_pending")}
+def _pending(store: SQLiteStore) -> set[tuple[int, int]]:
+    """The sessions' watermarks."""
+    return set(store._conn.execute("SELECT num, from_seq FROM search_dirty").fetchall())
 
 
 def test_an_append_reads_the_state_again_after_another_store_marked_it_stale(
@@ -851,3 +878,155 @@ def test_appends_inside_a_transaction_of_the_caller_keep_nothing(store: SQLiteSt
     store.append("s", [Message.user("three")])
     assert store._known is not None and len(store._known.nums) == 1
     assert [h.message.text for h in store.search("two").items] == ["two"]
+
+
+# ---------------------------------------------------------------- the watermarks
+
+
+def test_a_burst_of_appends_writes_the_session_watermark_once(store: SQLiteStore) -> None:
+    """An append writes a session's watermark only when the session turns from indexed
+    to not: ten appends write it once (one statement), and once the rows are indexed the
+    next append writes it again (at its own position)."""
+    conn = store._conn
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+
+    def writes() -> int:
+        return sum(1 for sql in statements if sql.startswith("INSERT OR IGNORE INTO "
+                                                             "search_dirty"))
+
+    store.create_session("s")
+    for k in range(10):
+        store.append("s", [Message.user(f"plum {k}")])
+    assert writes() == 1
+    assert store._conn.execute("SELECT from_seq FROM search_dirty").fetchall() == [(0,)]
+    assert len(store.search("plum", limit=20).items) == 10  # indexed: the watermark goes
+    assert store._conn.execute("SELECT count(*) FROM search_dirty").fetchone()[0] == 0
+    store.append("s", [Message.user("plum 10")])
+    assert writes() == 2
+    assert store._conn.execute("SELECT from_seq FROM search_dirty").fetchall() == [(10,)]
+    assert_index_matches_rows(store)
+
+
+def test_the_per_row_list_of_an_older_database_becomes_watermarks(tmp_path: Path) -> None:
+    """A database of m004 (a row per message left to index) whose list is not a suffix
+    of its session (a row handed off after one that was not could be indexed first)
+    opens with a watermark at each session's first listed row, the later rows taken out
+    of the index, and the index exact once the next search has indexed them."""
+    path = tmp_path / "m004.db"
+    store = SQLiteStore(path, counter="approx")
+    store.create_session("a")
+    store.create_session("b", tenant="t")
+    store.append("a", [Message.user(f"quince {k}") for k in range(6)])
+    store.append("b", [Message.user(f"quince {k}") for k in range(3)], tenant="t")
+    assert len(store.search("quince", limit=20).items) == 6  # all indexed
+    nums = dict(store._conn.execute("SELECT session_id, num FROM search_sessions"))
+    store.close()
+    conn = sqlite3.connect(path)
+    with conn:  # as m004 left it: rows 2 and 4 of "a" and row 1 of "b" listed, not indexed
+        conn.execute("CREATE TABLE search_pending (id INTEGER PRIMARY KEY)")
+        for sid, tenant, seq in (("a", "default", 2), ("a", "default", 4), ("b", "t", 1)):
+            at = nums[sid] << 32 | seq
+            data = conn.execute("SELECT data FROM messages WHERE tenant = ? AND session_id = ? "
+                                "AND seq = ?", (tenant, sid, seq)).fetchone()[0]
+            conn.execute("INSERT INTO search_words (search_words, rowid, words) VALUES "
+                         "('delete', ?, ?)", (at, sqlite_search.indexed_text(
+                             sqlite_search.tenant_prefix(tenant), data)))
+            conn.execute("INSERT INTO search_pending (id) VALUES (?)", (at,))
+        conn.execute("DROP TABLE search_dirty")
+        conn.execute("DELETE FROM migrations WHERE name = 'm005_search_watermarks'")
+    conn.close()
+    store = SQLiteStore(path, counter="approx")
+    try:
+        marks = set(store._conn.execute("SELECT num, from_seq FROM search_dirty"))
+        assert marks == {(nums["a"], 2), (nums["b"], 1)}
+        assert sqlite3.connect(path).execute(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'search_pending'").fetchone() == (0,)
+        assert_index_matches_rows(store)  # rows 3 and 5 of "a" and 2 of "b" out, for now
+        assert len(store.search("quince", limit=20).items) == 6
+        assert len(store.search("quince", limit=20, tenant="t").items) == 3
+        assert_index_matches_rows(store)
+        assert store._conn.execute("SELECT count(*) FROM search_dirty").fetchone()[0] == 0
+    finally:
+        store.close()
+
+
+_CRASH_WRITER = """
+import os, random, sys
+from chathistory.model import Message
+from chathistory.stores.sqlite import SQLiteStore
+from chathistory.stores import sqlite_search
+sqlite_search.FLUSH_AT, sqlite_search.BACKLOG = 7, 30
+store = SQLiteStore(sys.argv[1], counter="approx")
+rng = random.Random(int(sys.argv[2]))
+sessions = [f"s{k}" for k in range(4)]
+for sid in sessions:
+    if store._b_get_session("default", sid) is None:
+        store.create_session(sid)
+print("ready", flush=True)
+while True:
+    sid = rng.choice(sessions)
+    roll = rng.random()
+    if roll < 0.08 and store.range(sid):
+        store.pop(sid)
+    elif roll < 0.1:
+        store.search("fig")
+    else:
+        store.append(sid, [Message.user(f"fig {rng.randrange(1000)} w{rng.randrange(50)}")
+                           for _ in range(rng.randrange(1, 4))])
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_process_killed_while_appending_and_indexing_leaves_the_index_exact(
+        tmp_path: Path, seed: int) -> None:
+    """A writer process (appends, pops, searches, its indexer thread woken every few
+    rows) killed at a random moment, three times over the same file: each time the
+    file opens with the rows acknowledged before, the watermarks and the index as one
+    transaction left them, and the index exact once a search has indexed the rest."""
+    import random
+    import signal
+    import subprocess
+
+    path = tmp_path / "crash.db"
+    rng = random.Random(seed)
+    for round_ in range(3):
+        proc = subprocess.Popen([sys.executable, "-c", _CRASH_WRITER, str(path),
+                                 str(seed * 10 + round_)], stdout=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        time.sleep(rng.uniform(0.2, 0.8))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        store = SQLiteStore(path, counter="approx")
+        try:
+            assert store._conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+            assert_index_matches_rows(store)  # what is indexed is exact, before a flush
+            rows = sum(len(store.range(f"s{k}")) for k in range(4))
+            assert rows > 0
+            store.search("fig")
+            assert_index_matches_rows(store)
+            assert store._conn.execute("SELECT count(*) FROM search_dirty").fetchone()[0] == 0
+            found = store.search("fig", limit=100)
+            assert len(found.items) == min(rows, 100) and found.scanned is None
+        finally:
+            store.close()
+
+
+def test_the_store_counts_the_rows_left_and_recounts_before_it_indexes_in_an_append(
+        store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The count that wakes the indexer is the store's own: appends add to it, removals
+    of rows left to index take from it; a count gone high (rows another process
+    indexed) is counted again in the database before an append indexes a backlog
+    itself: an append never cuts a backlog's words that is not there."""
+    monkeypatch.setattr(sqlite_search, "FLUSH_AT", 1000)
+    store.create_session("s")
+    store.append("s", [Message.user(f"pear {k}") for k in range(5)])
+    assert store._pending_count == 5 == pending(store)
+    store.pop("s")
+    store.pop("s")
+    assert store._pending_count == 3 == pending(store)
+    flushes: list[int] = []
+    monkeypatch.setattr(store, "_flush_pending", lambda *a: flushes.append(1))
+    store._pending_count = sqlite_search.BACKLOG + 100
+    store.append("s", [Message.user("pear 3")])
+    assert flushes == [] and store._pending_count == 4 == pending(store)

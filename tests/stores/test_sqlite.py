@@ -23,7 +23,7 @@ from chathistory.stores.backend import recent_key
 from chathistory.stores.sqlite import SQLiteStore
 
 TABLES = {"migrations", "sessions", "messages", "calls", "status_overrides", "assets",
-          "asset_refs", "search_sessions", "search_pending", "search_state",
+          "asset_refs", "search_sessions", "search_dirty", "search_state",
           # the FTS5 table (m004_search) and its shadow tables
           "search_words", "search_words_data", "search_words_idx", "search_words_docsize",
           "search_words_config"}

@@ -153,8 +153,7 @@ def _rows(cursor: Iterable[Sequence[Any]]) -> list[Row]:
 
 class _Txn(AppendTxn):
     """``AppendTxn`` over a connection inside ``BEGIN IMMEDIATE``. ``search``: whether
-    the store keeps the search index; ``pending``: what ``write`` added to the rows left
-    to index."""
+    the store keeps the search index; ``pending``: what ``write`` left to index."""
 
     __slots__ = ("conn", "known", "pending", "search", "session", "session_id", "tenant")
 
@@ -503,13 +502,17 @@ class SQLiteStore(IndexedSearch, BaseStore):
             epoch = 0 if pended is None else self._observe(pended.data_version)
             if alone:
                 self._known_after = txn.known  # kept if the transaction commits
-        if pended is not None and not self._in_transaction():
-            self._hand_off(tenant, pended, epoch)
-            try:  # committed: a failure here is the next search's to report
-                self._after_append(pended.pending)
-            except sqlite3.Error:
-                log.exception("%s: indexing the pending rows for search failed; the "
-                              "next search tries again", self.path)
+        if pended is None:
+            return result
+        if self._in_transaction():  # counted now, acted on by the store's next append
+            self._count_left(len(pended.rows))
+            return result
+        self._hand_off(tenant, pended, epoch)
+        try:  # committed: a failure here is the next search's to report
+            self._after_append(self._count_left(len(pended.rows)))
+        except sqlite3.Error:
+            log.exception("%s: indexing the rows left for search failed; the next "
+                          "search tries again", self.path)
         return result
 
     def _b_rows(self, tenant: str, session_id: str, lo: int, hi: int) -> list[Row]:

@@ -61,6 +61,38 @@ def _regroup(conn: sqlite3.Connection) -> None:
                      "AND seq >= ? AND seq <= ? AND cut_ok", (*key, lo, hi))
 
 
+def _pending_to_watermarks(conn: sqlite3.Connection) -> None:
+    """The rows left to index become a watermark per session (``search_dirty``): its
+    first row of the per-row list (``search_pending``). A later row of the session
+    that was indexed already (a row handed off after one that was not could be) is
+    taken out of the index, to be indexed again with the rest: the words are those of
+    this release, which are the index's while it is kept (an index that is not is
+    emptied and built again)."""
+    from .sqlite_search import _UNINDEX, indexed_text, read_state, tenant_prefix
+
+    state = read_state(conn)
+    firsts = conn.execute("SELECT id >> 32, min(id & 4294967295) FROM search_pending "
+                          "GROUP BY id >> 32").fetchall()
+    for num, first in firsts:
+        conn.execute("INSERT INTO search_dirty (num, from_seq) VALUES (?, ?)", (num, first))
+        key = conn.execute("SELECT tenant, session_id FROM search_sessions WHERE num = ?",
+                           (num,)).fetchone()
+        if not state.kept or key is None:
+            continue
+        left = {seq for (seq,) in conn.execute(
+            "SELECT id & 4294967295 FROM search_pending WHERE id >= ? AND id < ?",
+            (num << 32, (num + 1) << 32))}
+        prefix = tenant_prefix(key[0])
+        gone = []
+        for seq, data in conn.execute("SELECT seq, data FROM messages WHERE tenant = ? "
+                                      "AND session_id = ? AND seq > ?", (*key, first)):
+            if seq not in left and state.covers(key[0], key[1], seq):
+                text = indexed_text(prefix, data)
+                if text:
+                    gone.append((num << 32 | seq, text))
+        conn.executemany(_UNINDEX, gone)
+
+
 MIGRATIONS: list[tuple[str, tuple[str | Callable[[sqlite3.Connection], None], ...]]] = [
     ("m001_initial", (
         # The whole Session as JSON text (json_extract works on it); the columns
@@ -148,6 +180,14 @@ MIGRATIONS: list[tuple[str, tuple[str | Callable[[sqlite3.Connection], None], ..
             done INTEGER NOT NULL)""",
         "INSERT INTO search_state (id, state, words, done) SELECT 1, CASE WHEN EXISTS "
         "(SELECT 1 FROM messages) THEN 'building' ELSE 'ready' END, 1, 0",
+    )),
+    # What is left to index is a watermark per session, written when the session turns
+    # from indexed to not, instead of a row per appended message (a row and a page in
+    # every append's commit): the session's rows from from_seq on are not indexed.
+    ("m005_search_watermarks", (
+        "CREATE TABLE search_dirty (num INTEGER PRIMARY KEY, from_seq INTEGER NOT NULL)",
+        _pending_to_watermarks,
+        "DROP TABLE search_pending",
     )),
 ]
 """Named schema steps, oldest first: SQL statements, or functions given the connection

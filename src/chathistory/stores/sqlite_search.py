@@ -11,21 +11,30 @@ its own tenant's words (and its hits are joined on the tenant besides). A row's 
 rowid is ``num << 32 | seq``, ``num`` numbering sessions in ``search_sessions``: a
 session's rows are one rowid range, and the index stores no key text per message.
 
-An append does not tokenize: its transaction adds the rows' rowids to
-``search_pending``, and pending rows are indexed a batch at a time: by the store's
-indexer thread, which an append that leaves ``FLUSH_AT`` rows pending wakes (after its
-commit); by an append that finds ``BACKLOG`` pending (the indexer is behind: appends
-help, so the backlog stays bounded); and by every search before it reads the index, so
-a search sees every acknowledged message. (Tokenizing and writing FTS5 in each append's
-transaction measured three times the cost of the append; in batches it costs a third
-of that per message, and it runs beside the appends, not in them.) An append also hands
+An append does not tokenize: its rows are left to index, and they are indexed a batch at
+a time: by the store's indexer thread, which an append that leaves ``FLUSH_AT`` rows to
+index wakes (after its commit); by an append that leaves ``BACKLOG`` (the indexer is
+behind: appends help, so the backlog stays bounded); and by every search before it reads
+the index, so a search sees every acknowledged message. (Tokenizing and writing FTS5 in
+each append's transaction measured three times the cost of the append; in batches it
+costs a third of that per message, and it runs beside the appends, not in them.) What is
+left to index is a watermark per session, ``search_dirty (num, from_seq)``: the
+session's rows from ``from_seq`` on are not indexed yet, those before it are. An append
+writes it only when the session turns from indexed to not (its first row's position), so
+a burst of appends to a session writes it once, not a row each (the per-row pending list
+it replaced cost every append a row and a page: 12-15 us of the appending thread, and a
+page of seven in each commit); a batch indexes each session's rows from its watermark on
+and moves it past them, or drops it. The counts that wake the indexer are the store's
+own (``IndexedSearch._pending_count``: rows its appends left, less what its flushes
+indexed): another process's appends wake that process's indexer. An append also hands
 its rows' data to the indexer in memory (``IndexedSearch._hand_off``, at most
 ``HANDOFF_BYTES``), so the indexer reads from the database only rows it was not handed:
-those of other processes, of a transaction the caller opened, or handed before a row
-was removed (``IndexedSearch._observe``). What
-removes rows (pop, clear, delete, erase, purge) takes them out of the index, or of the
-pending list, in its own transaction: FTS5's ``'delete'`` given the words recomputed
-from the row.
+those of other processes, of a transaction the caller opened, or handed before a row was
+removed (``IndexedSearch._observe``). What removes rows (pop, clear, delete, erase,
+purge) takes the indexed ones out of the index in its own transaction (FTS5's
+``'delete'`` given the words recomputed from the row), and moves the session's watermark
+back to the first removed position when it is past it (the positions are used again by
+the next appends).
 
 ``search_state`` says whether the index is used: ``ready``; ``building`` (filled in
 batches in key order: rows up to ``position`` are kept as in a ready index, later ones
@@ -80,7 +89,7 @@ a ShareGPT message in Python)."""
 BUILD_BATCH = 1_000
 FLUSH_BYTES = 8 * 1024 * 1024
 """A batch of pending rows ends at the row whose data brings it to this many bytes,
-however few rows that is (``pending_rows``)."""
+however few rows that is (``rows_left``)."""
 
 HANDOFF_BYTES = 8 * 1024 * 1024
 """Stored bytes of appended rows held in memory for the indexer at most (past it, the
@@ -97,10 +106,8 @@ Progress = Callable[[int, int], None]
 
 
 class Pended(NamedTuple):
-    """What an append added to the pending list (``note_appended``)."""
+    """What an append left to index (``note_appended``)."""
 
-    pending: int
-    """Rows pending once it commits."""
     rows: list[tuple[int, bytes]]
     """Each added row's FTS rowid and stored data."""
     data_version: int
@@ -115,11 +122,10 @@ class Known(NamedTuple):
 
     data_version: int
     state: IndexState
-    pending: int
-    """Rows pending after that append (more once another process added some: then
-    ``data_version`` moved)."""
     nums: dict[tuple[str, str], int]
     """Sessions' numbers read or made meanwhile."""
+    dirty: set[int]
+    """Sessions (by number) known to have a watermark (``search_dirty``) meanwhile."""
 
 
 class IndexState(NamedTuple):
@@ -184,27 +190,30 @@ _STATE = "SELECT state, words, tenant, session_id, seq, done FROM search_state"
 _MARK_STALE = ("UPDATE search_state SET state = 'stale', tenant = NULL, session_id = NULL, "
                "seq = NULL, done = 0")
 _NUM = "SELECT num FROM search_sessions WHERE tenant = ? AND session_id = ?"
-# an append's one read: the state, the session's number, how many rows are pending, and
-# the connection's data_version (which moves when another connection commits)
-_APPEND_STATE = (_STATE.replace(" FROM", ", (SELECT num FROM search_sessions WHERE "
-                                "tenant = ?1 AND session_id = ?2), (SELECT count(*) FROM "
-                                "search_pending), (SELECT data_version FROM "
-                                "pragma_data_version()) FROM"))
+# an append's one read: the state, the session's number, whether it has a watermark,
+# and the connection's data_version (which moves when another connection commits)
+_APPEND_STATE = ("SELECT st.state, st.words, st.tenant, st.session_id, st.seq, st.done, "
+                 "ss.num, d.num IS NOT NULL, (SELECT data_version FROM pragma_data_version()) "
+                 "FROM search_state AS st LEFT JOIN search_sessions AS ss ON ss.tenant = ?1 "
+                 "AND ss.session_id = ?2 LEFT JOIN search_dirty AS d ON d.num = ss.num")
 _DATA_VERSION = "PRAGMA data_version"
-# the handed-off rows still pending, taken off the list
-_TAKE_PENDING = ("DELETE FROM search_pending WHERE id IN (SELECT value FROM json_each(?)) "
-                 "RETURNING id")
 _NEW_NUM = "INSERT INTO search_sessions (tenant, session_id) VALUES (?, ?) RETURNING num"
-_PEND = "INSERT OR IGNORE INTO search_pending (id) VALUES (?)"
+# a session turns from indexed to not: its rows from this one on are left to index (a
+# watermark already there is lower: it stays)
+_DIRTY = "INSERT OR IGNORE INTO search_dirty (num, from_seq) VALUES (?, ?)"
 _INDEX = "INSERT INTO search_words (rowid, words) VALUES (?, ?)"
 _UNINDEX = "INSERT INTO search_words (search_words, rowid, words) VALUES ('delete', ?, ?)"
-# pending rows and what to index them by; a pending entry without its row (no path
-# leaves one) is dropped and logged
-_PENDING_ROWS = ("SELECT p.id, ss.tenant, m.data FROM search_pending AS p "
-                 "LEFT JOIN search_sessions AS ss ON ss.num = p.id >> 32 "
-                 "LEFT JOIN messages AS m ON m.tenant = ss.tenant "
-                 "AND m.session_id = ss.session_id AND m.seq = p.id & 4294967295 "
-                 "ORDER BY p.id LIMIT ?")
+# the sessions with rows left to index, in number order (a watermark without its
+# session's number: no path leaves one; it is dropped and logged)
+_WATERMARKS = ("SELECT d.num, d.from_seq, ss.tenant, ss.session_id FROM search_dirty AS d "
+               "LEFT JOIN search_sessions AS ss ON ss.num = d.num ORDER BY d.num")
+_ROWS_FROM = ("SELECT seq, data FROM messages WHERE tenant = ? AND session_id = ? "
+              "AND seq >= ? ORDER BY seq LIMIT ?")
+_ANY_FROM = "SELECT 1 FROM messages WHERE tenant = ? AND session_id = ? AND seq >= ? LIMIT 1"
+# rows left to index in all: each watermarked session's rows from its watermark on
+_LEFT = ("SELECT coalesce(sum(max(0, coalesce((SELECT max(m.seq) + 1 FROM messages AS m "
+         "WHERE m.tenant = ss.tenant AND m.session_id = ss.session_id), 0) - d.from_seq)), 0) "
+         "FROM search_dirty AS d JOIN search_sessions AS ss ON ss.num = d.num")
 _NEXT_ROWS = "SELECT tenant, session_id, seq, data FROM messages{after} ORDER BY " \
              "tenant, session_id, seq LIMIT ?"
 _AFTER_POSITION = " WHERE (tenant, session_id, seq) > (?, ?, ?)"
@@ -286,26 +295,30 @@ def _mark_stale(conn: sqlite3.Connection, state: IndexState) -> None:
 def note_appended(conn: sqlite3.Connection, keep: bool, tenant: str, session_id: str,
                   rows: Sequence[Row], known: Known | None = None
                   ) -> tuple[Pended | None, Known | None]:
-    """In an append's transaction: the rows join the pending list (when the index is
-    kept and covers them); returns what was added (None if nothing was), and what the
-    next append of the store may take as read (``Known``). A store that does not keep
-    the index (``keep`` False) marks it stale. With ``known`` (what the store's last
-    transaction, an append, left) and ``PRAGMA data_version`` unmoved since, the state,
-    the pending count and the session's number are not read again: that read took
-    11-15 us of an append's 250 (a third of its bookkeeping), the pragma 3.
+    """In an append's transaction: the rows are left to index (when the index is kept
+    and covers them): the session gets a watermark at the first of them unless it has
+    one; returns what was added (None if nothing was), and what the next append of the
+    store may take as read (``Known``). A store that does not keep the index (``keep``
+    False) marks it stale. With ``known`` (what the store's last transaction, an append,
+    left) and ``PRAGMA data_version`` unmoved since, the state, the session's number
+    and whether it has a watermark are not read again: that read took 11-15 us of an
+    append's 250 (a third of its bookkeeping), the pragma 3. So a burst of appends to a
+    session writes nothing here but the first.
 
-    Pending rows are counted, not weighed: a few 9 MB pastes wait for the next search
-    (about 70 ms each to index). Waking the indexer for each large append instead cost
-    the other tenants' reads 10-15 ms of p99 while two clients posted 9 MB appends
-    (the hostile run), for the same work."""
+    Rows left to index are counted, not weighed: a few 9 MB pastes wait for the next
+    search (about 70 ms each to index). Waking the indexer for each large append
+    instead cost the other tenants' reads 10-15 ms of p99 while two clients posted 9 MB
+    appends (the hostile run), for the same work."""
     if known is not None and conn.execute(_DATA_VERSION).fetchone()[0] != known.data_version:
         known = None
     if known is None:
-        *found, num, pending, data_version = conn.execute(
+        *found, num, dirty, data_version = conn.execute(
             _APPEND_STATE, (tenant, session_id)).fetchone()
-        known = Known(int(data_version), _state(*found), int(pending), {})
+        known = Known(int(data_version), _state(*found), {}, set())
         if num is not None:
             known.nums[(tenant, session_id)] = int(num)
+            if dirty:
+                known.dirty.add(int(num))
     state = known.state
     if not keep or not state.kept:
         if state.state != "stale":
@@ -320,67 +333,109 @@ def note_appended(conn: sqlite3.Connection, keep: bool, tenant: str, session_id:
         made = _session_num(conn, tenant, session_id, create=True)
         assert made is not None
         num = known.nums[(tenant, session_id)] = made
-    added = [(_rowid(num, r.seq), r.data) for r in covered]
-    if len(added) == 1:
-        conn.execute(_PEND, (added[0][0],))
-    else:
-        conn.executemany(_PEND, [(at,) for at, _data in added])
-    known = known._replace(pending=known.pending + len(added))
-    return Pended(known.pending, added, known.data_version), known
+    if num not in known.dirty:
+        conn.execute(_DIRTY, (num, covered[0].seq))
+        known.dirty.add(num)
+    return Pended([(_rowid(num, r.seq), r.data) for r in covered], known.data_version), known
 
 
 def unindex(conn: sqlite3.Connection, keep: bool, tenant: str, session_id: str,
-            from_seq: int, *, forget: bool) -> None:
+            from_seq: int, *, forget: bool) -> int:
     """In the transaction that deletes the session's rows from ``from_seq`` on, before
-    it does: take them out of the index or of the pending list. ``forget``: the session
-    goes, and its number with it."""
+    it does: take the indexed ones out of the index, and the session's watermark back
+    to ``from_seq`` when it is past it (the next appends use those positions again).
+    ``forget``: the session goes, and its number and watermark with it. Returns how
+    many of the rows were left to index."""
     state = read_state(conn)
     if not keep or not state.kept:
         _mark_stale(conn, state)
-        return
+        return 0
     num = _session_num(conn, tenant, session_id, create=False)
     if num is None:
-        return  # none of its rows was ever indexed
-    pending = {at for (at,) in conn.execute(
-        "DELETE FROM search_pending WHERE id >= ? AND id < ? RETURNING id",
-        (_rowid(num, from_seq), _rowid(num + 1, 0))).fetchall()}
+        return 0  # none of its rows was ever indexed
+    found = conn.execute("SELECT from_seq FROM search_dirty WHERE num = ?", (num,)).fetchone()
+    left_from = None if found is None else int(found[0])
     prefix = tenant_prefix(tenant)
     gone = []
+    left = 0
     for seq, data in conn.execute("SELECT seq, data FROM messages WHERE tenant = ? "
                                   "AND session_id = ? AND seq >= ?",
                                   (tenant, session_id, from_seq)).fetchall():
-        at = _rowid(num, seq)
-        if at not in pending and state.covers(tenant, session_id, seq):
+        if left_from is not None and seq >= left_from:
+            left += 1
+        elif state.covers(tenant, session_id, seq):
             text = indexed_text(prefix, data)
             if text:
-                gone.append((at, text))
+                gone.append((_rowid(num, seq), text))
     conn.executemany(_UNINDEX, gone)
     if forget:
+        conn.execute("DELETE FROM search_dirty WHERE num = ?", (num,))
         conn.execute("DELETE FROM search_sessions WHERE num = ?", (num,))
+    elif left_from is not None and left_from > from_seq:
+        conn.execute("UPDATE search_dirty SET from_seq = ? WHERE num = ?", (from_seq, num))
+    return left
 
 
-def pending_rows(conn: sqlite3.Connection, limit: int
-                 ) -> list[tuple[int, str | None, bytes | None]]:
-    """The lowest ``limit`` pending rows (``_PENDING_ROWS``), fewer once their data
-    reaches ``FLUSH_BYTES``: read row by row (and no row past that read), so a backlog
-    of 9 MB pastes is never read into memory whole."""
-    out = []
+class Left(NamedTuple):
+    """Rows left to index, read from the sessions' watermarks (``rows_left``)."""
+
+    rows: list[tuple[int, str | None, bytes | None]]
+    """Each row read: its FTS rowid, its tenant and its stored data, in rowid order (a
+    watermark without its session's number: one entry at it, tenant and data None)."""
+    marks: dict[int, int | None]
+    """Each session read (by number): its watermark once these rows are indexed, the
+    position after the last of them; None when nothing is left past them."""
+    keys: dict[int, tuple[str, str]]
+    """Each session read: its tenant and id."""
+
+    def taken(self) -> int:
+        """The rows read, and each watermark dropped without a row: 0 when nothing was
+        left to index."""
+        return len(self.rows) + sum(1 for num, mark in self.marks.items()
+                                    if mark is None and num not in self._nums())
+
+    def _nums(self) -> set[int]:
+        return {at >> _SEQ_BITS for at, _tenant, _data in self.rows}
+
+
+def rows_left(conn: sqlite3.Connection, limit: int) -> Left:
+    """The first ``limit`` rows left to index, the sessions in number order, each from
+    its watermark; fewer once their data reaches ``FLUSH_BYTES``: read row by row (and
+    no row past that read), so a backlog of 9 MB pastes is never read into memory
+    whole."""
+    out: list[tuple[int, str | None, bytes | None]] = []
+    marks: dict[int, int | None] = {}
+    keys: dict[int, tuple[str, str]] = {}
     size = 0
-    cursor = conn.execute(_PENDING_ROWS, (limit,))
-    try:
-        for row in cursor:
-            out.append(row)
-            size += len(row[2] or b"")
-            if size >= FLUSH_BYTES:
-                break
-    finally:
-        cursor.close()
-    return out
+    for num, from_seq, tenant, session_id in conn.execute(_WATERMARKS).fetchall():
+        if len(out) >= limit or size >= FLUSH_BYTES:
+            break
+        if tenant is None:
+            out.append((_rowid(num, from_seq), None, None))
+            marks[num] = None
+            continue
+        keys[num] = (tenant, session_id)
+        want = limit - len(out)
+        got, last, full = 0, from_seq - 1, False
+        cursor = conn.execute(_ROWS_FROM, (tenant, session_id, from_seq, want))
+        try:
+            for seq, data in cursor:
+                out.append((_rowid(num, seq), tenant, data))
+                got, last = got + 1, seq
+                size += len(data)
+                if size >= FLUSH_BYTES:
+                    full = True
+                    break
+        finally:
+            cursor.close()
+        marks[num] = last + 1 if full or got == want else None
+    return Left(out, marks, keys)
 
 
 def pending_texts(found: Sequence[tuple[int, str | None, bytes | None]]
                   ) -> dict[int, tuple[bytes, str]]:
-    """``_PENDING_ROWS``' rows, each row's rowid -> its data and what to index it by."""
+    """Rows left to index (``Left.rows``), each row's rowid -> its data and what to
+    index it by."""
     prefixes: dict[str, str] = {}
     out = {}
     for at, tenant, data in found:
@@ -390,44 +445,84 @@ def pending_texts(found: Sequence[tuple[int, str | None, bytes | None]]
     return out
 
 
+def _move_marks(conn: sqlite3.Connection, marks: Mapping[int, int | None]) -> None:
+    """In a write transaction: the sessions' watermarks moved on, or dropped (None)."""
+    gone = [(num,) for num, mark in marks.items() if mark is None]
+    if gone:
+        conn.executemany("DELETE FROM search_dirty WHERE num = ?", gone)
+    moved = [(mark, num) for num, mark in marks.items() if mark is not None]
+    if moved:
+        conn.executemany("UPDATE search_dirty SET from_seq = ? WHERE num = ?", moved)
+
+
 def flush(conn: sqlite3.Connection, limit: int,
           prepared: Mapping[int, tuple[bytes, str]] | None = None) -> int:
-    """In a write transaction: index up to ``limit`` pending rows (fewer past
-    ``FLUSH_BYTES`` of data), lowest rowid first; ``prepared`` (``pending_texts``, made
-    before the transaction, so that the words are cut without holding the write lock)
-    serves each row whose data it has unchanged. Returns how many pending entries it
-    took (0: none was left)."""
-    if not read_state(conn).kept:
+    """In a write transaction: index up to ``limit`` rows left to index (fewer past
+    ``FLUSH_BYTES`` of data), the sessions in number order, and move their watermarks
+    past them; ``prepared`` (``pending_texts``, made before the transaction, so that
+    the words are cut without holding the write lock) serves each row whose data it
+    has unchanged. Returns ``Left.taken`` (0: nothing was left)."""
+    state = read_state(conn)
+    if not state.kept:
         return 0
-    found = pending_rows(conn, limit)
-    if not found:
+    left = rows_left(conn, limit)
+    if not left.marks:
         return 0
     prepared = prepared or {}
-    fresh = pending_texts([row for row in found if prepared.get(row[0], (None,))[0] != row[2]])
+    fresh = pending_texts([row for row in left.rows
+                           if prepared.get(row[0], (None,))[0] != row[2]])
     docs = []
-    for at, _tenant, data in found:
+    for at, _tenant, data in left.rows:
+        num, seq = at >> _SEQ_BITS, at & _SEQ_MASK
         if data is None:
-            log.warning("search index: pending row %d has no message; dropped", at)
+            log.warning("search index: session number %d has a watermark and no session; "
+                        "dropped", num)
             continue
+        if not state.covers(*left.keys[num], seq):
+            continue  # the build's
         _data, text = fresh.get(at) or prepared[at]
         if text:
             docs.append((at, text))
     conn.executemany(_INDEX, docs)
-    conn.execute("DELETE FROM search_pending WHERE id <= ?", (found[-1][0],))
-    return len(found)
+    _move_marks(conn, left.marks)
+    return left.taken()
 
 
-def flush_handed(conn: sqlite3.Connection, texts: Mapping[int, tuple[bytes, str]]) -> int:
+def flush_handed(conn: sqlite3.Connection, texts: Mapping[int, tuple[bytes, str]]
+                 ) -> set[int]:
     """In a write transaction: index the handed-off rows of ``texts`` (``pending_texts``)
-    that are still pending, taking them off the list; the caller has checked that each
-    is still the row at its rowid (``IndexedSearch._observe``). Returns how many it
-    took."""
+    that are each session's next rows left to index, from its watermark on without a
+    gap, and move the watermark past them (a row after a gap, one not handed off, waits
+    for the rows read back); the caller has checked that each is still the row at its
+    rowid (``IndexedSearch._observe``). Returns the rowids it took."""
     if not texts or not read_state(conn).kept:
-        return 0
-    taken = conn.execute(_TAKE_PENDING, (json.dumps(list(texts)),)).fetchall()
-    docs = [(at, texts[at][1]) for (at,) in taken if texts[at][1]]
+        return set()
+    by_num: dict[int, set[int]] = {}
+    for at in texts:
+        by_num.setdefault(at >> _SEQ_BITS, set()).add(at & _SEQ_MASK)
+    docs = []
+    taken: set[int] = set()
+    marks: dict[int, int | None] = {}
+    for num, seqs in sorted(by_num.items()):
+        found = conn.execute("SELECT d.from_seq, ss.tenant, ss.session_id FROM search_dirty "
+                             "AS d JOIN search_sessions AS ss ON ss.num = d.num "
+                             "WHERE d.num = ?", (num,)).fetchone()
+        if found is None:
+            continue  # indexed already (a search's flush)
+        from_seq, tenant, session_id = found
+        seq = from_seq
+        while seq in seqs:
+            at = _rowid(num, seq)
+            if texts[at][1]:
+                docs.append((at, texts[at][1]))
+            taken.add(at)
+            seq += 1
+        if seq > from_seq:
+            more = conn.execute(_ANY_FROM, (tenant, session_id, seq)).fetchone()
+            marks[num] = seq if more else None
     conn.executemany(_INDEX, docs)
-    return len(taken)
+    _move_marks(conn, marks)
+    return taken
 
 
 def build_step(conn: sqlite3.Connection, batch: int) -> IndexState:
@@ -440,7 +535,7 @@ def build_step(conn: sqlite3.Connection, batch: int) -> IndexState:
         return state
     if not state.kept:
         conn.execute("INSERT INTO search_words (search_words) VALUES ('delete-all')")
-        conn.execute("DELETE FROM search_pending")
+        conn.execute("DELETE FROM search_dirty")
         conn.execute("DELETE FROM search_sessions")
         conn.execute(_MARK_STALE.replace("'stale'", "'building'") + ", words = ?",
                      (WORDS_VERSION,))
@@ -480,6 +575,8 @@ class IndexedSearch:
 
     search_indexed: bool
     """Whether this store keeps and uses the index (its ``search`` option)."""
+    _pending_count: int
+    """Rows this store's appends left to index, as it counts them (``_count_left``)."""
 
     def atomic(self) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError
@@ -550,7 +647,7 @@ class IndexedSearch:
         return int(found[0][0])
 
     def _flush_pending(self, stop: Callable[[], bool] | None = None) -> None:
-        """Index every pending row, ``FLUSH_AT`` per transaction (fewer past
+        """Index every row left to index, ``FLUSH_AT`` per transaction (fewer past
         ``FLUSH_BYTES``), their words cut before it: first the rows appends handed off,
         then the others, read from the last commit (``flush`` checks the data). With
         ``stop`` (the indexer thread): until ``stop()``, and only while full batches
@@ -565,38 +662,64 @@ class IndexedSearch:
         batch = FLUSH_AT
         if self._in_transaction():
             with self.atomic() as conn:
-                while flush(conn, batch):
-                    pass
+                while taken := flush(conn, batch):
+                    self._count_left(-taken)
             return
         drain = stop is None
+        carried: dict[int, tuple[bytes, str]] = {}  # handed off, after a gap: words cut
         with self._flush_lock:
             while stop is None or not stop():
                 if not drain and len(self._handoff) < FLUSH_AT and self._not_handed() < FLUSH_AT:
                     return  # the appends made during the last batch wake it again
                 handed = self._take_handoff(batch)
                 if handed:
-                    # epochs only grow: a row of an earlier one is stale already (its
-                    # pending entry is read back), and its words are not cut here
+                    # epochs only grow: a row of an earlier one is stale already (it is
+                    # read back), and its words are not cut here
                     texts = pending_texts([(at, tenant, data) for at, tenant, data, e
                                            in handed if e == self._epoch])
                     with self.atomic() as conn:
                         epoch = self._observe(conn.execute(_DATA_VERSION).fetchone()[0])
-                        flush_handed(conn, {at: texts[at] for at, _t, _d, e in handed
-                                            if e == epoch and at in texts})
+                        valid = {at: texts[at] for at, _t, _d, e in handed
+                                 if e == epoch and at in texts}
+                        used = flush_handed(conn, valid)
+                    self._count_left(-len(used))
+                    carried.update((at, t) for at, t in valid.items() if at not in used)
                     continue
-                found = self._read_with(functools.partial(pending_rows, limit=batch))
-                if not found:
+                left = self._read_with(functools.partial(rows_left, limit=batch))
+                if not left.marks:
                     return
-                prepared = pending_texts(found)
-                del found
+                prepared = {at: carried.pop(at) for at, _t, data in left.rows
+                            if at in carried and carried[at][0] == data}
+                prepared.update(pending_texts([row for row in left.rows
+                                               if row[0] not in prepared]))
+                del left
                 with self.atomic() as conn:
-                    if not flush(conn, batch, prepared):
-                        return
+                    taken = flush(conn, batch, prepared)
+                self._count_left(-taken)
+                if not taken:
+                    return
 
     def _not_handed(self) -> int:
-        """About how many pending rows the handoff does not hold."""
-        pending = int(self._fetch("SELECT count(*) FROM search_pending", ())[0][0])
-        return pending - len(self._handoff)
+        """About how many rows left to index the handoff does not hold."""
+        return self._recount() - len(self._handoff)
+
+    def _count_left(self, added: int) -> int:
+        """The rows this store's appends left to index, less what its flushes indexed
+        and its removals took: ``added`` more (fewer when negative). Returns the new
+        count. It can be high (a rolled-back transaction's rows, rows another process
+        indexed): the indexer thread and an append that finds it past ``BACKLOG`` count
+        them again in the database (``_recount``) before they act on it."""
+        with self._handoff_lock:
+            self._pending_count = max(0, self._pending_count + added)
+            return self._pending_count
+
+    def _recount(self) -> int:
+        """The rows left to index, counted in the database (``_LEFT``: a seek per
+        session with a watermark), which ``_pending_count`` takes as its new value."""
+        left = int(self._fetch(_LEFT, ())[0][0])
+        with self._handoff_lock:
+            self._pending_count = left
+        return left
 
     # ------------------------------------------------------------ the indexer thread
 
@@ -610,6 +733,7 @@ class IndexedSearch:
         self._handoff: collections.deque[tuple[int, str, bytes, int]] = collections.deque()
         self._handoff_bytes = 0
         self._handoff_lock = threading.Lock()
+        self._pending_count = 0
         self._epoch = 0
         self._seen_version: int | None = None
 
@@ -639,7 +763,8 @@ class IndexedSearch:
         ``from_seq`` on, the handoff's epoch moved on with it (``_rows_changed``):
         every removal of rows goes through here."""
         self._rows_changed()
-        unindex(conn, self.search_indexed, tenant, session_id, from_seq, forget=forget)
+        self._count_left(-unindex(conn, self.search_indexed, tenant, session_id, from_seq,
+                                  forget=forget))
 
     def _hand_off(self, tenant: str, pended: Pended, epoch: int) -> None:
         """After an append's commit: its rows' data for the indexer (each row up to
@@ -655,7 +780,7 @@ class IndexedSearch:
 
     def _take_handoff(self, limit: int) -> list[tuple[int, str, bytes, int]]:
         """Up to ``limit`` handed-off rows, oldest first, off the handoff: fewer once
-        their data reaches ``FLUSH_BYTES``, as ``pending_rows``."""
+        their data reaches ``FLUSH_BYTES``, as ``rows_left``."""
         out: list[tuple[int, str, bytes, int]] = []
         size = 0
         with self._handoff_lock:
@@ -668,7 +793,7 @@ class IndexedSearch:
 
     def _after_append(self, pending: int) -> None:
         """After an append's commit that left ``pending`` rows to index."""
-        if pending >= BACKLOG:
+        if pending >= BACKLOG and (pending := self._recount()) >= BACKLOG:
             self._flush_pending()
         elif pending >= FLUSH_AT:
             with self._indexer_lock:
@@ -707,7 +832,7 @@ class IndexedSearch:
         pending row indexed first (a search sees every acknowledged message)."""
         if not self.search_indexed:
             return False
-        found = self._fetch("SELECT state, words, EXISTS (SELECT 1 FROM search_pending) "
+        found = self._fetch("SELECT state, words, EXISTS (SELECT 1 FROM search_dirty) "
                             "FROM search_state", ())
         state, words, pending = found[0]
         if state != "ready" or words != WORDS_VERSION:
