@@ -787,6 +787,21 @@ def test_the_fast_cut_of_ascii_text_is_words(text: str) -> None:
     assert words(text) == search._WORD.findall(search._fold(text))
 
 
+def test_every_character_that_is_not_ascii_cuts_as_the_folded_regex_does() -> None:
+    """Each code point that is not ASCII (below U+30000, surrogates too), between and
+    beside letters and digits, alone and doubled: ``words`` (whose fast path makes a
+    character that only cuts words a cut, ``_cuts_only``) cuts as the regex over the
+    folded text does."""
+    slow = 0
+    for cp in range(0x80, 0x30000):
+        char = chr(cp)
+        text = f"Ab{char}cd {char}{char}9{char}"
+        expected = search._WORD.findall(search._fold(text))
+        assert words(text) == expected, (hex(cp), words(text), expected)
+        slow += not search._cuts_only(char)
+    assert 100_000 < slow < 0x30000 - 1_000  # both paths taken
+
+
 @settings(max_examples=300, deadline=None)
 @given(text=st.text() | st.text(st.characters(categories=("Mn", "Mc", "Me", "Lu", "Ll")))
        | _MOSTLY_ASCII)
