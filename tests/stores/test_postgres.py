@@ -29,10 +29,10 @@ from written_script import (
     count_as_written,
     random_script,
     run_script,
+    session_reads,
 )
 
 from chathistory import Conflict, Message
-from chathistory.errors import ChatHistoryError
 from chathistory.stores import open_store
 from chathistory.tokens import cached_count
 
@@ -755,11 +755,7 @@ def _stored(store: PostgresStore, session_ids: list[str]) -> dict[str, Any]:
                       "asset_refs"):
             out[table] = c.execute(f"SELECT * FROM {store.schema}.{table} "
                                    "ORDER BY 1, 2, 3").fetchall()
-    for sid in session_ids:
-        try:
-            out[sid] = (store.range(sid), store.tail(sid, 5), store.window(sid, 300))
-        except ChatHistoryError as exc:
-            out[sid] = (type(exc).__name__, str(exc))
+    out.update(session_reads(store, session_ids))
     return out
 
 

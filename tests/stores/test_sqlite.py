@@ -12,9 +12,11 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
+from written_script import assert_same_runs, random_script, run_script, session_reads
 
 from chathistory import Attachment, History, KVStatus, Message
 from chathistory.stores import Session, open_store
@@ -431,3 +433,62 @@ def test_m003_mends_group_flags_of_a_database_written_by_0_1_0(tmp_path: Path) -
 
 def ids(messages: list[Message]) -> list[str]:
     return [m.id for m in messages]
+
+
+def _sqlite_stored(store: SQLiteStore, session_ids: list[str]) -> dict[str, Any]:
+    """Every table's rows (sessions without their timestamps), and what the reads of
+    each session answer."""
+    stamp = "2000-01-01T00:00:00Z"
+    conn = store._conn
+    out: dict[str, Any] = {}
+    sessions = []
+    for tenant, sid, version, payload in conn.execute(
+            "SELECT tenant, id, version, payload FROM sessions ORDER BY tenant, id"):
+        session = msgspec.json.decode(payload, type=Session)
+        sessions.append((tenant, sid, version, msgspec.structs.replace(
+            session, created_at=stamp, updated_at=stamp)))
+    out["sessions"] = sessions
+    for table in ("messages", "calls", "status_overrides", "assets", "asset_refs"):
+        out[table] = conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2, 3").fetchall()
+    out.update(session_reads(store, session_ids))
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_appends_planned_on_the_written_session_store_what_reading_it_stores(
+        seed: int, png_bytes: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An append takes the session as the store's last append of it wrote it (``Known.
+    written``) while nothing else wrote since; the same random operations (retries of
+    stored ids, If-Match, two store objects on one file writing one session in turn,
+    forks, pops, marks, attachments, a session deleted and made again) through stores
+    that do, and through stores that always read the session: the same answers, the
+    same rows."""
+    ops = random_script(seed, 300, png_bytes)
+    names = sorted({op[2] for op in ops} | {op[4] for op in ops if op[0] == "fork"})
+    outcomes: list[str] = []
+    real_init = sqlite_module._Txn.__init__
+
+    def counted(self: Any, conn: Any, tenant: str, session_id: str, *args: Any) -> None:
+        real_init(self, conn, tenant, session_id, *args)
+        known = self.known
+        taken = known is not None and self.session is not None and \
+            known.written.get((tenant, session_id)) is self.session
+        outcomes.append("written" if taken else "missed")
+
+    monkeypatch.setattr(sqlite_module._Txn, "__init__", counted)
+    runs = []
+    for keep in (64, 0):
+        monkeypatch.setattr(sqlite_module, "WRITTEN_SESSIONS", keep)
+        path = tmp_path / f"w{keep}.db"
+        writers = [SQLiteStore(path, counter="approx"), SQLiteStore(path, counter="approx")]
+        try:
+            runs.append((run_script(writers, ops),
+                         _sqlite_stored(writers[0], names)))
+        finally:
+            for w in writers:
+                w.close()
+        if keep:
+            fast_outcomes = list(outcomes)
+        else:
+            assert "written" not in outcomes[len(fast_outcomes):]
+    assert_same_runs(runs[0], runs[1], fast_outcomes)

@@ -15,7 +15,7 @@ from chathistory import Attachment, KVStatus, Message
 from chathistory.errors import ChatHistoryError
 
 __all__ = ["assert_same_runs", "checked_sessions", "concurrent_work", "concurrent_writers",
-           "count_as_written", "new_batch", "random_script", "run_script"]
+           "count_as_written", "new_batch", "random_script", "run_script", "session_reads"]
 
 
 def new_batch(rng: random.Random, k: int, open_calls: list[str], png: bytes
@@ -217,3 +217,14 @@ def checked_sessions(writers: list[Any], work: list[list[Message]], versions: li
         stored[sid] = (sorted(m.id for m in messages), session.message_count,
                        session.token_count, session.version)
     return stored
+
+
+def session_reads(store: Any, session_ids: list[str]) -> dict[str, Any]:
+    """What the reads of each session answer (range, tail, window), or the error."""
+    out: dict[str, Any] = {}
+    for sid in session_ids:
+        try:
+            out[sid] = (store.range(sid), store.tail(sid, 5), store.window(sid, 300))
+        except ChatHistoryError as exc:
+            out[sid] = (type(exc).__name__, str(exc))
+    return out

@@ -50,7 +50,15 @@ from .base import BaseStore
 from .model import SESSION_DECODER, Row, Session, make_row, utcnow
 from .search import search_option
 from .sqlite_schema import MIGRATIONS
-from .sqlite_search import AUTO_BUILD_ROWS, IndexedSearch, Known, Pended, note_appended
+from .sqlite_search import (
+    AUTO_BUILD_ROWS,
+    WRITTEN_SESSIONS,
+    IndexedSearch,
+    Known,
+    Pended,
+    note_appended,
+    valid_known,
+)
 
 __all__ = ["MIGRATIONS", "SQLiteStore"]
 
@@ -162,10 +170,14 @@ class _Txn(AppendTxn):
         self.conn, self.tenant, self.session_id = conn, tenant, session_id
         self.search = search
         self.pending: Pended | None = None
-        self.known = known  # in: what the last append left (if valid); out: what this one does
+        # in: what the last append left (if still valid); out: what this one does
+        self.known = known = valid_known(conn, known)
+        written = None if known is None else known.written.get((tenant, session_id))
+        if written is not None:  # as this store's last append of it wrote it
+            self.session: Session | None = written
+            return
         found = conn.execute(_GET_SESSION, (tenant, session_id)).fetchone()
-        self.session: Session | None = (None if found is None
-                                        else SESSION_DECODER.decode(found[0]))
+        self.session = None if found is None else SESSION_DECODER.decode(found[0])
 
     def existing(self, ids: Sequence[str]) -> dict[str, int]:
         if len(ids) == 1:
@@ -192,6 +204,12 @@ class _Txn(AppendTxn):
         if calls:
             conn.executemany(_INSERT_CALL, [(*key, c, seq) for c, seq in calls.items()])
         self.pending, self.known = note_appended(conn, self.search, *key, rows, self.known)
+        if self.known is not None and WRITTEN_SESSIONS:  # the next append plans on it
+            written = self.known.written
+            written.pop(key, None)
+            if len(written) >= WRITTEN_SESSIONS:
+                del written[next(iter(written))]
+            written[key] = session
         for sha, (data, mime_type) in assets.items():
             conn.execute("INSERT OR IGNORE INTO assets (tenant, sha256, mime_type, data) "
                          "VALUES (?, ?, ?, ?)", (self.tenant, sha, mime_type, data))

@@ -58,12 +58,13 @@ from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, TypeVar
 
 from .backend import Span
-from .model import Row
+from .model import Row, Session
 from .search import WORDS_VERSION, Cursor, Query, indexed_words, matching_rows, ranked_after
 
 __all__ = ["AUTO_BUILD_ROWS", "BACKLOG", "FLUSH_AT", "FLUSH_BYTES", "HANDOFF_BYTES",
-           "HANDOFF_ROW_BYTES", "RANK_LIMIT", "SPAN_CANDIDATES", "WORDS_VERSION", "IndexState",
-           "IndexedSearch", "Known", "Pended", "match_expression", "tenant_prefix"]
+           "HANDOFF_ROW_BYTES", "RANK_LIMIT", "SPAN_CANDIDATES", "WORDS_VERSION",
+           "WRITTEN_SESSIONS", "IndexState", "IndexedSearch", "Known", "Pended",
+           "match_expression", "tenant_prefix", "valid_known"]
 
 log = logging.getLogger("chathistory.stores")
 T = TypeVar("T")
@@ -126,6 +127,20 @@ class Known(NamedTuple):
     """Sessions' numbers read or made meanwhile."""
     dirty: set[int]
     """Sessions (by number) known to have a watermark (``search_dirty``) meanwhile."""
+    written: dict[tuple[str, str], Session]
+    """Sessions as the store's appends wrote them meanwhile (the next append of one
+    plans on it without reading it: ``sqlite._Txn``); at most ``WRITTEN_SESSIONS``."""
+
+
+WRITTEN_SESSIONS = 64
+
+
+def valid_known(conn: sqlite3.Connection, known: Known | None) -> Known | None:
+    """In a write transaction: ``known`` if no other connection committed since it was
+    taken (``PRAGMA data_version`` unmoved: 3 us), else None."""
+    if known is not None and conn.execute(_DATA_VERSION).fetchone()[0] != known.data_version:
+        return None
+    return known
 
 
 class IndexState(NamedTuple):
@@ -300,21 +315,19 @@ def note_appended(conn: sqlite3.Connection, keep: bool, tenant: str, session_id:
     one; returns what was added (None if nothing was), and what the next append of the
     store may take as read (``Known``). A store that does not keep the index (``keep``
     False) marks it stale. With ``known`` (what the store's last transaction, an append,
-    left) and ``PRAGMA data_version`` unmoved since, the state, the session's number
-    and whether it has a watermark are not read again: that read took 11-15 us of an
-    append's 250 (a third of its bookkeeping), the pragma 3. So a burst of appends to a
-    session writes nothing here but the first.
+    left, checked by ``valid_known`` in this transaction), the state, the session's
+    number and whether it has a watermark are not read again: that read took 11-15 us
+    of an append's 250 (a third of its bookkeeping), the pragma 3. So a burst of appends
+    to a session writes nothing here but the first.
 
     Rows left to index are counted, not weighed: a few 9 MB pastes wait for the next
     search (about 70 ms each to index). Waking the indexer for each large append
     instead cost the other tenants' reads 10-15 ms of p99 while two clients posted 9 MB
     appends (the hostile run), for the same work."""
-    if known is not None and conn.execute(_DATA_VERSION).fetchone()[0] != known.data_version:
-        known = None
     if known is None:
         *found, num, dirty, data_version = conn.execute(
             _APPEND_STATE, (tenant, session_id)).fetchone()
-        known = Known(int(data_version), _state(*found), {}, set())
+        known = Known(int(data_version), _state(*found), {}, set(), {})
         if num is not None:
             known.nums[(tenant, session_id)] = int(num)
             if dirty:
