@@ -787,6 +787,22 @@ def test_the_fast_cut_of_ascii_text_is_words(text: str) -> None:
     assert words(text) == search._WORD.findall(search._fold(text))
 
 
+def test_a_text_of_many_distinct_characters_is_folded_without_testing_each(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``_CUTS_ONLY_CHARS`` distinct characters that are not ASCII, a text goes
+    the folding way without a fold per character (which a text made of thousands of
+    symbols would cost): the same words, no character tested."""
+    tested: list[str] = []
+    real = search._cuts_only
+    monkeypatch.setattr(search, "_cuts_only", lambda c: tested.append(c) or real(c))
+    symbols = "".join(chr(0x2190 + k) for k in range(search._CUTS_ONLY_CHARS + 1))  # arrows
+    text = f"alpha {symbols} beta"
+    assert words(text) == ["alpha", "beta"] == search._WORD.findall(search._fold(text))
+    assert tested == []
+    few = f"alpha {symbols[:search._CUTS_ONLY_CHARS]} beta"
+    assert words(few) == ["alpha", "beta"] and len(tested) == search._CUTS_ONLY_CHARS
+
+
 def test_every_character_that_is_not_ascii_cuts_as_the_folded_regex_does() -> None:
     """Each code point that is not ASCII (below U+30000, surrogates too), between and
     beside letters and digits, alone and doubled: ``words`` (whose fast path makes a

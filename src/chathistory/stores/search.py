@@ -104,6 +104,10 @@ _CUTS_ONLY: dict[str, bool] = {}
 """Characters that are not ASCII, seen in text: whether the character only cuts words
 (``_cuts_only``); at most ``_CUTS_ONLY_MAX`` of them are kept."""
 _CUTS_ONLY_MAX = 8192
+_CUTS_ONLY_CHARS = 64
+"""A text with more distinct characters that are not ASCII goes the folding way at once:
+``_cuts_only`` folds each character it has not seen (a few us), and a text made to hold
+thousands of them would cost that many folds, and fill the cache."""
 _ASCII_BYTES = bytes(range(128))
 
 
@@ -137,12 +141,14 @@ def words(text: str) -> list[str]:
     not a letter or digit: the same cut (a property test checks it). Text whose
     characters that are not ASCII only cut words (quotes, dashes, emoji: ``_cuts_only``)
     has them made cuts and is cut the same way, without folding it (58% of ShareGPT's
-    messages that are not ASCII: 83 -> 31 us each, 2,600 characters on average); so is
+    messages that are not ASCII: 83 -> 33 us each, 2,600 characters on average); so is
     folded text whose characters that are not ASCII are all outside words (98 us,
     against 230 for the regular expression's cut)."""
     if text.isascii():
         return text.lower().translate(_NOT_ASCII_WORD).split()
-    if all(_cuts_only(char) for char in _not_ascii(text)):  # each made a "?": a cut
+    chars = _not_ascii(text)
+    if len(chars) <= _CUTS_ONLY_CHARS and all(_cuts_only(char) for char in chars):
+        # each of them made a "?": a cut
         ascii_text = text.encode("ascii", "replace").decode("ascii")
         return ascii_text.lower().translate(_NOT_ASCII_WORD).split()
     folded = _NOT_ASCII.sub(_blank_unless_word, _fold(text))
