@@ -45,7 +45,7 @@ import msgspec
 
 from ..errors import Conflict
 from ..tokens import TokenCounter
-from .backend import AppendTxn, Span, recent_key
+from .backend import AppendTxn, Span, keep_bounded, recent_key
 from .base import BaseStore
 from .model import SESSION_DECODER, Row, Session, make_row, utcnow
 from .search import search_option
@@ -204,12 +204,9 @@ class _Txn(AppendTxn):
         if calls:
             conn.executemany(_INSERT_CALL, [(*key, c, seq) for c, seq in calls.items()])
         self.pending, self.known = note_appended(conn, self.search, *key, rows, self.known)
-        if self.known is not None and WRITTEN_SESSIONS:  # the next append plans on it
-            written = self.known.written
-            written.pop(key, None)
-            if len(written) >= WRITTEN_SESSIONS:
-                del written[next(iter(written))]
-            written[key] = session
+        if self.known is not None:  # the next append of this session plans on it
+            self.known.written.pop(key, None)  # kept newest
+            keep_bounded(self.known.written, key, session, WRITTEN_SESSIONS)
         for sha, (data, mime_type) in assets.items():
             conn.execute("INSERT OR IGNORE INTO assets (tenant, sha256, mime_type, data) "
                          "VALUES (?, ?, ?, ?)", (self.tenant, sha, mime_type, data))

@@ -68,7 +68,7 @@ def _pending_to_watermarks(conn: sqlite3.Connection) -> None:
     taken out of the index, to be indexed again with the rest: the words are those of
     this release, which are the index's while it is kept (an index that is not is
     emptied and built again)."""
-    from .sqlite_search import _UNINDEX, indexed_text, read_state, tenant_prefix
+    from .sqlite_search import read_state, unindex_rows
 
     state = read_state(conn)
     firsts = conn.execute("SELECT id >> 32, min(id & 4294967295) FROM search_pending "
@@ -82,15 +82,10 @@ def _pending_to_watermarks(conn: sqlite3.Connection) -> None:
         left = {seq for (seq,) in conn.execute(
             "SELECT id & 4294967295 FROM search_pending WHERE id >= ? AND id < ?",
             (num << 32, (num + 1) << 32))}
-        prefix = tenant_prefix(key[0])
-        gone = []
-        for seq, data in conn.execute("SELECT seq, data FROM messages WHERE tenant = ? "
-                                      "AND session_id = ? AND seq > ?", (*key, first)):
-            if seq not in left and state.covers(key[0], key[1], seq):
-                text = indexed_text(prefix, data)
-                if text:
-                    gone.append((num << 32 | seq, text))
-        conn.executemany(_UNINDEX, gone)
+        rows = conn.execute("SELECT seq, data FROM messages WHERE tenant = ? "
+                            "AND session_id = ? AND seq > ?", (*key, first)).fetchall()
+        unindex_rows(conn, state, num, key[0], key[1],
+                     [(seq, data) for seq, data in rows if seq not in left])
 
 
 MIGRATIONS: list[tuple[str, tuple[str | Callable[[sqlite3.Connection], None], ...]]] = [

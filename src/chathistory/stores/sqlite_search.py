@@ -53,7 +53,7 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, TypeVar
 
@@ -368,25 +368,30 @@ def unindex(conn: sqlite3.Connection, keep: bool, tenant: str, session_id: str,
         return 0  # none of its rows was ever indexed
     found = conn.execute("SELECT from_seq FROM search_dirty WHERE num = ?", (num,)).fetchone()
     left_from = None if found is None else int(found[0])
-    prefix = tenant_prefix(tenant)
-    gone = []
-    left = 0
-    for seq, data in conn.execute("SELECT seq, data FROM messages WHERE tenant = ? "
-                                  "AND session_id = ? AND seq >= ?",
-                                  (tenant, session_id, from_seq)).fetchall():
-        if left_from is not None and seq >= left_from:
-            left += 1
-        elif state.covers(tenant, session_id, seq):
-            text = indexed_text(prefix, data)
-            if text:
-                gone.append((_rowid(num, seq), text))
-    conn.executemany(_UNINDEX, gone)
+    rows = conn.execute("SELECT seq, data FROM messages WHERE tenant = ? AND session_id = ? "
+                        "AND seq >= ?", (tenant, session_id, from_seq)).fetchall()
+    indexed = [(seq, data) for seq, data in rows if left_from is None or seq < left_from]
+    unindex_rows(conn, state, num, tenant, session_id, indexed)
     if forget:
         conn.execute("DELETE FROM search_dirty WHERE num = ?", (num,))
         conn.execute("DELETE FROM search_sessions WHERE num = ?", (num,))
     elif left_from is not None and left_from > from_seq:
         conn.execute("UPDATE search_dirty SET from_seq = ? WHERE num = ?", (from_seq, num))
-    return left
+    return len(rows) - len(indexed)
+
+
+def unindex_rows(conn: sqlite3.Connection, state: IndexState, num: int, tenant: str,
+                 session_id: str, rows: Iterable[tuple[int, bytes]]) -> None:
+    """In a write transaction: the session's rows ``(seq, data)`` taken out of the index,
+    those it holds (covered by ``state``), given their words recomputed from the data."""
+    prefix = tenant_prefix(tenant)
+    gone = []
+    for seq, data in rows:
+        if state.covers(tenant, session_id, seq):
+            text = indexed_text(prefix, data)
+            if text:
+                gone.append((_rowid(num, seq), text))
+    conn.executemany(_UNINDEX, gone)
 
 
 class Left(NamedTuple):
@@ -404,11 +409,9 @@ class Left(NamedTuple):
     def taken(self) -> int:
         """The rows read, and each watermark dropped without a row: 0 when nothing was
         left to index."""
+        read = {at >> _SEQ_BITS for at, _tenant, _data in self.rows}
         return len(self.rows) + sum(1 for num, mark in self.marks.items()
-                                    if mark is None and num not in self._nums())
-
-    def _nums(self) -> set[int]:
-        return {at >> _SEQ_BITS for at, _tenant, _data in self.rows}
+                                    if mark is None and num not in read)
 
 
 def rows_left(conn: sqlite3.Connection, limit: int) -> Left:
