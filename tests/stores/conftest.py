@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from storekit import BACKENDS
+from storekit import BACKENDS, REDIS_URL, unavailable
 
 from chathistory.stores import BaseStore
 
@@ -23,3 +24,18 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStore]
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def redis_client() -> Iterator[Any]:
+    """redis-py's client of the test server (``CHATHISTORY_TEST_REDIS``)."""
+    redis = pytest.importorskip("redis")
+    try:
+        r = redis.Redis.from_url(REDIS_URL, socket_timeout=10)
+        r.ping()
+    except Exception as exc:
+        unavailable("Redis", exc)
+    try:
+        yield r
+    finally:
+        r.close()

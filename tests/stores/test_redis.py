@@ -33,8 +33,10 @@ from chathistory.errors import ChatHistoryError
 from chathistory.stores.engine import recent_key
 from chathistory.stores.redis import RedisStore
 from chathistory.stores.redis import store as redis_module
+from chathistory.stores.redis.combine import ScriptCombiner
 from chathistory.stores.redis.keys import escape
 from chathistory.stores.redis.store import _parse_url
+from chathistory.stores.redis.wire import Direct
 
 redis = pytest.importorskip("redis")
 key_slot = pytest.importorskip("redis.cluster").key_slot
@@ -566,6 +568,23 @@ def _stored_rows(store: RedisStore, session_ids: list[str]) -> dict[str, Any]:
     return out
 
 
+def _two_pairs(*makes: type[RedisStore]) -> list[RedisStore]:
+    """Two store objects on one prefix for each class of ``makes``, in that order (the
+    first of each pair deletes the prefix's keys when closed)."""
+    stores: list[RedisStore] = []
+    try:
+        for make in makes:
+            prefix = f"t{uuid.uuid4().hex[:12]}"
+            stores += [make(REDIS_URL, counter="approx", prefix=prefix,
+                            flush_prefix_on_close=True),
+                       make(REDIS_URL, counter="approx", prefix=prefix)]
+    except BaseException:
+        for s in stores:
+            s.close()
+        raise
+    return stores
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_appends_planned_on_the_written_copy_store_what_the_long_way_stores(
         seed: int, png_bytes: bytes, monkeypatch: pytest.MonkeyPatch,
@@ -577,19 +596,59 @@ def test_appends_planned_on_the_written_copy_store_what_the_long_way_stores(
     ops = random_script(seed, 300, png_bytes)
     names = sorted({op[2] for op in ops} | {op[4] for op in ops if op[0] == "fork"})
     outcomes = count_as_written(monkeypatch, RedisStore, redis_module._MISSED)
-    stores: list[RedisStore] = []
+    stores = _two_pairs(RedisStore, _LongWayOnly)
     try:
-        for make in (RedisStore, _LongWayOnly):  # two store objects on one prefix
-            prefix = f"t{uuid.uuid4().hex[:12]}"
-            stores += [make(REDIS_URL, counter="approx", prefix=prefix,
-                            flush_prefix_on_close=True),
-                       make(REDIS_URL, counter="approx", prefix=prefix)]
         fast, plain = stores[:2], stores[2:]
         fast_run = run_script(fast, ops), _stored_rows(fast[0], names)
         plain_run = run_script(plain, ops), _stored_rows(plain[0], names)
         assert plain[0]._written == {} and plain[1]._written == {}
         assert plain[0]._lengths == {} and fast[0]._lengths != {}
         assert_same_runs(fast_run, plain_run, outcomes)
+    finally:
+        for s in stores:
+            s.close()
+
+
+class _ThroughClient(RedisStore):
+    """A store whose appends and tail reads go through redis-py's client, never past its
+    dispatch (``wire.Direct``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._direct = None
+        self._append_combined = ScriptCombiner(self._r, self._append_script,
+                                               redis.exceptions.NoScriptError)
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_appends_and_tails_past_the_clients_dispatch_store_and_read_what_it_does(
+        seed: int, png_bytes: bytes, monkeypatch: pytest.MonkeyPatch,
+        redis_store: RedisStore) -> None:
+    """The same random operations through stores that send their appends' scripts and
+    tail reads past redis-py's dispatch (``wire.Direct``) and through stores that send
+    everything through the client: the same answers, the same rows."""
+    ops = random_script(seed, 300, png_bytes)
+    names = sorted({op[2] for op in ops} | {op[4] for op in ops if op[0] == "fork"})
+    sent: list[str] = []
+    for name in ("call", "pipeline"):
+        method = getattr(Direct, name)
+
+        def counted(self: Any, *args: Any, _method: Any = method, _name: str = name) -> Any:
+            sent.append(f"{_name} {args[0][0] if _name == 'call' else 'batch'}")
+            return _method(self, *args)
+
+        monkeypatch.setattr(Direct, name, counted)
+    stores = _two_pairs(RedisStore, _ThroughClient)
+    try:
+        direct, plain = stores[:2], stores[2:]
+        direct_run = run_script(direct, ops), _stored_rows(direct[0], names)
+        calls = len(sent)
+        plain_run = run_script(plain, ops), _stored_rows(plain[0], names)
+        assert len(sent) == calls  # the plain stores sent nothing past the client
+        assert sent.count("call EVALSHA") > 100 and sent.count("call HMGET") >= 3, sent
+        assert direct_run[0] == plain_run[0]
+        assert direct_run[1] == plain_run[1]
+        assert sum(type(a) is int for a in direct_run[0]) > 150
     finally:
         for s in stores:
             s.close()

@@ -1,24 +1,24 @@
 """The Redis write combiner (``stores/redis/combine.py``) on the real server: every
 caller gets its own reply or its own error, calls made while one is in flight share
 a pipeline, a server that lost its scripts loads them again, and a lost connection
-fails the callers it touched without leaving any waiting."""
+fails the callers it touched without leaving any waiting; each through redis-py's
+client and through ``wire.Direct``, as the store sends them."""
 
 from __future__ import annotations
 
 import os
 import threading
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from chathistory.stores.redis import combine
 from chathistory.stores.redis.combine import ScriptCombiner
+from chathistory.stores.redis.wire import Direct
 
 redis = pytest.importorskip("redis")
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
 REDIS_URL = os.environ.get("CHATHISTORY_TEST_REDIS", "redis://127.0.0.1:6379/0")
 
 # KEYS[1]: a counter.  ARGV[1]: a word; "boom" raises inside the script.
@@ -29,19 +29,18 @@ return {ARGV[1], ARGV[2], n}
 """
 
 
+THROUGH = pytest.mark.parametrize("through", ["client", "direct"])
+
+
+def _combiner(client: Any, script: Any, through: str) -> ScriptCombiner:
+    direct = Direct.of(client) if through == "direct" else None
+    assert (direct is None) == (through == "client")
+    return ScriptCombiner(client, script, redis.exceptions.NoScriptError, direct)
+
+
 @pytest.fixture
-def client() -> Iterator[Any]:
-    try:
-        r = redis.Redis.from_url(REDIS_URL, socket_timeout=10)
-        r.ping()
-    except Exception as exc:
-        if IN_CI:
-            pytest.fail(f"Redis unreachable: {exc} (CI=true: server backends must be tested)")
-        pytest.skip(f"Redis unreachable: {exc}")
-    try:
-        yield r
-    finally:
-        r.close()
+def client(redis_client: Any) -> Any:
+    return redis_client
 
 
 def _hammer(combiner: ScriptCombiner, key: str, threads: int, calls: int
@@ -69,8 +68,9 @@ def _hammer(combiner: ScriptCombiner, key: str, threads: int, calls: int
     return answers
 
 
+@THROUGH
 def test_every_caller_gets_its_own_reply_and_calls_share_pipelines(
-        client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        client: Any, monkeypatch: pytest.MonkeyPatch, through: str) -> None:
     sizes: list[int] = []
     send = ScriptCombiner._send
 
@@ -80,8 +80,7 @@ def test_every_caller_gets_its_own_reply_and_calls_share_pipelines(
 
     monkeypatch.setattr(ScriptCombiner, "_send", counted)
     key = f"combine-test:{uuid.uuid4().hex}"
-    combiner = ScriptCombiner(client, client.register_script(ECHO),
-                              redis.exceptions.NoScriptError)
+    combiner = _combiner(client, client.register_script(ECHO), through)
     try:
         answers = _hammer(combiner, key, threads=8, calls=200)
         ran = 0
@@ -103,11 +102,13 @@ def test_every_caller_gets_its_own_reply_and_calls_share_pipelines(
         client.delete(key)
 
 
-def test_a_server_that_lost_its_scripts_loads_them_again(client: Any) -> None:
+@THROUGH
+def test_a_server_that_lost_its_scripts_loads_them_again(client: Any, through: str) -> None:
     key = f"combine-test:{uuid.uuid4().hex}"
     script = client.register_script(ECHO)
-    combiner = ScriptCombiner(client, script, redis.exceptions.NoScriptError)
+    combiner = _combiner(client, script, through)
     try:
+        client.script_flush()  # a call alone finds no script
         assert combiner([key], ["a", "1"]) == [b"a", b"1", 1]
         call = [combine._Call([key], [f"b{i}", "2"]) for i in range(3)]
         client.script_flush()
@@ -118,10 +119,12 @@ def test_a_server_that_lost_its_scripts_loads_them_again(client: Any) -> None:
         client.delete(key)
 
 
-def test_a_lost_connection_fails_the_callers_it_touched_and_none_waits_forever() -> None:
+@THROUGH
+def test_a_lost_connection_fails_the_callers_it_touched_and_none_waits_forever(
+        through: str) -> None:
     dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5,
                        retry_on_error=[], retry=None)
-    combiner = ScriptCombiner(dead, dead.register_script(ECHO), redis.exceptions.NoScriptError)
+    combiner = _combiner(dead, dead.register_script(ECHO), through)
     failures: list[BaseException] = []
     lock = threading.Lock()
 

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .wire import Direct
 
 __all__ = ["ScriptCombiner"]
 
@@ -40,8 +43,10 @@ class ScriptCombiner:
     threads, combining the calls made while one is in flight (module docstring).
     One node only: a cluster's pipeline would split by slot."""
 
-    def __init__(self, client: Any, script: Any, no_script: type[BaseException]) -> None:
+    def __init__(self, client: Any, script: Any, no_script: type[BaseException],
+                 direct: Direct | None = None) -> None:
         self._client, self._script, self._no_script = client, script, no_script
+        self._direct = direct  # a call alone goes this way (``wire.py``) when given
         self._lock = threading.Lock()
         self._queue: list[_Call] = []
         self._sending = False
@@ -82,12 +87,16 @@ class ScriptCombiner:
         if len(batch) == 1:
             self._one(batch[0])
             return
-        pipe = self._client.pipeline(transaction=False)
         sha = self._script.sha
-        for c in batch:
-            pipe.evalsha(sha, len(c.keys), *c.keys, *c.args)
         try:
-            replies = pipe.execute(raise_on_error=False)
+            if self._direct is not None:
+                replies = self._direct.pipeline([("EVALSHA", sha, len(c.keys), *c.keys, *c.args)
+                                                 for c in batch])
+            else:
+                pipe = self._client.pipeline(transaction=False)
+                for c in batch:
+                    pipe.evalsha(sha, len(c.keys), *c.keys, *c.args)
+                replies = pipe.execute(raise_on_error=False)
         except BaseException as exc:  # the connection: every call of the batch failed
             for c in batch:
                 c.error = exc
@@ -102,6 +111,13 @@ class ScriptCombiner:
 
     def _one(self, c: _Call) -> None:
         try:
+            if self._direct is not None:
+                try:
+                    c.value = self._direct.call(("EVALSHA", self._script.sha, len(c.keys),
+                                                 *c.keys, *c.args))
+                    return
+                except self._no_script:  # the script never ran: the Script loads it
+                    pass
             c.value = self._script(keys=c.keys, args=c.args)
         except BaseException as exc:
             c.error = exc

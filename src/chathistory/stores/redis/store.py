@@ -33,6 +33,7 @@ from .keys import (
     unpack_row,
 )
 from .search import RedisSearch
+from .wire import Direct
 
 __all__ = ["RedisStore"]
 
@@ -182,9 +183,11 @@ class RedisStore(RedisSearch, BaseStore):
             self._r = redis.Redis.from_url(url, **timeouts)
             self._r.ping()  # fail fast on an unreachable server
         self._append_script = self._r.register_script(scripts.APPEND)
+        # the hot commands past redis-py's dispatch (one node; None for a cluster)
+        self._direct = None if self.cluster else Direct.of(self._r)
         # appends that threads make while one is in flight share a round trip (one node)
         self._append_combined = ScriptCombiner(self._r, self._append_script,
-                                               redis.exceptions.NoScriptError)
+                                               redis.exceptions.NoScriptError, self._direct)
         self._truncate_script = self._r.register_script(scripts.TRUNCATE)
         self._insert_script = self._r.register_script(scripts.INSERT)
         self._save_script = self._r.register_script(scripts.SAVE)
@@ -255,6 +258,8 @@ class RedisStore(RedisSearch, BaseStore):
                     batch.clear()
             if batch:
                 self._r.delete(*batch)
+        if self._direct is not None:
+            self._direct.close()
         self._r.close()
 
     # ================================================================ sessions
@@ -548,7 +553,9 @@ class RedisStore(RedisSearch, BaseStore):
         30-35 us (Lua copies every value in and out); a MULTI around two commands costs
         the client 15 us more than one command."""
         lo = max(0, length - rows)
-        j, *values = self._r.hmget(k.rows, ["j", *map(str, range(lo, length))])
+        fields = ["j", *map(str, range(lo, length))]
+        j, *values = (self._r.hmget(k.rows, fields) if self._direct is None
+                      else self._direct.call(("HMGET", k.rows, *fields)))
         if j is None:  # no session, or one last written by an older release: the script
             return None
         session = SESSION_DECODER.decode(j)
