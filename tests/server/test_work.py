@@ -4,16 +4,29 @@ circuit, and long texts counted in other processes."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import threading
 import time
 import traceback
+from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from chathistory import StoreUnavailable
+from chathistory.server import wire, work
 from chathistory.server.errors import HTTPError
+from chathistory.server.schema import AppendBody
 from chathistory.server.work import StoreHealth, Work, start_processes, store_call
-from chathistory.tokens import EncodingCounter, count_here, offload_large_texts
+from chathistory.tokens import (
+    EncodingCounter,
+    cached_count,
+    count_here,
+    get_counter,
+    offload_large_texts,
+)
 
 
 def test_a_tenant_past_its_share_is_answered_429_and_others_still_run() -> None:
@@ -150,6 +163,47 @@ def test_the_counting_process_dies_with_the_server_process(tmp_path: object) -> 
     assert not any(os.path.exists(f"/proc/{p}") and "Z" not in _state(p) for p in children)
 
 
+def _counting_children() -> list[int]:
+    import multiprocessing
+
+    return sorted(p.pid for p in multiprocessing.active_children() if p.pid is not None)
+
+
+def test_the_counting_process_outlives_the_thread_that_started_it() -> None:
+    """The pool starts its process from the thread that first needs one; that thread's
+    end must not end the process (``PR_SET_PDEATHSIG`` did: its signal follows the
+    thread), nor a count after it fail."""
+    text = "word " * 60_000
+    expected = count_here("o200k_base", text)
+    if work._processes is not None:
+        work._processes.shutdown()
+        work._processes = None
+    starter = threading.Thread(target=lambda: work._count_in_processes("o200k_base", text))
+    starter.start()
+    starter.join()
+    children = _counting_children()
+    assert children, "no counting process was started"
+    time.sleep(0.5)
+    assert all("Z" not in _state(pid) for pid in children)
+    assert work._in_process(count_here, "o200k_base", text) == expected
+    assert _counting_children() == children  # the same process: it was never replaced
+
+
+def test_a_killed_counting_process_is_replaced() -> None:
+    import signal
+
+    text = "word " * 60_000
+    expected = count_here("o200k_base", text)
+    assert work._count_in_processes("o200k_base", text) == expected
+    before = _counting_children()
+    for pid in before:
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.2)
+    assert work._count_in_processes("o200k_base", text) == expected
+    after = _counting_children()
+    assert after and not set(after) & set(before)
+
+
 def _state(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -180,3 +234,97 @@ def test_the_server_counts_without_tiktoken_threads(monkeypatch: pytest.MonkeyPa
         t.start()
         t.join()
     assert shared == []
+
+
+def _heavy_server(tmp_path: Path) -> tuple[Any, Any]:
+    """A server over a SQLite store with the default counter (o200k), no keys."""
+    from serverkit import LiveServer
+
+    from chathistory.server.app import create_app
+    from chathistory.stores.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "heavy.db")
+    return LiveServer(create_app(store, asset_dir=tmp_path / "assets")).start(), store
+
+
+def test_a_heavy_append_is_decoded_and_counted_elsewhere_as_it_would_be_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body of at least ``HEAVY_BODY`` bytes is decoded, and its messages counted, in
+    the counting process: what is stored is what decoding and counting it here gives,
+    the client's counts never kept."""
+    answered: list[bool] = []
+    elsewhere = wire.decode_elsewhere
+
+    def spied(*args: Any) -> Any:
+        found = elsewhere(*args)
+        answered.append(found is not None)
+        return found
+
+    monkeypatch.setattr(wire, "decode_elsewhere", spied)
+    text = "naïve café, «quoted» 😀 words\n" * 45_000
+    body = json.dumps({"messages": [
+        {"role": "user", "parts": [{"type": "text", "text": text}],
+         "token_counts": {"o200k_base": 1}},  # a client's count: never kept
+        {"role": "assistant", "name": "bot", "parts": [{"type": "text", "text": "ok"}]}],
+        "reject_orphans": True}).encode()
+    assert len(body) >= work.HEAVY_BODY
+    server, store = _heavy_server(tmp_path)
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            assert c.post("/v1/sessions", json={"id": "h"}).status_code == 201
+            answer = c.post("/v1/sessions/h/messages", content=body,
+                            headers={"Content-Type": "application/json"})
+            assert answer.status_code == 200, answer.text
+            stored = c.get("/v1/sessions/h/messages", params={"start": 0}).json()["messages"]
+    finally:
+        server.stop()
+        store.close()
+    assert answered == [True]
+    here = wire.decode_json(body, AppendBody).messages
+    counter = get_counter("o200k_base")
+    for m in here:
+        m.token_counts = None
+    expected = [cached_count(m, counter) for m in here]
+    assert expected[0] > 45_000
+    assert [m["token_counts"] for m in stored] == [{"o200k_base": n} for n in expected]
+    assert [(m["role"], m.get("name"), m["parts"]) for m in stored] == [
+        (m.role, m.name, [{"type": "text", "text": p.text} for p in m.parts]) for m in here]
+
+
+def test_a_heavy_body_that_fails_to_decode_is_answered_as_a_light_one(
+        tmp_path: Path) -> None:
+    """Decoded elsewhere or here, a body that fails gets the same answer: a 422 naming
+    the field, a 400 for JSON that is not; nothing is stored."""
+    pad = "x" * work.HEAVY_BODY
+    bodies = {
+        "unknown field": {"messages": [{"role": "user", "parts": [
+            {"type": "text", "text": "{pad}", "colour": "red"}]}]},
+        "wrong type": {"messages": [{"role": "user", "parts": [
+            {"type": "text", "text": "{pad}"}], "name": 7}]},
+        "no parts": {"messages": [{"role": "user", "content": "{pad}"}]},
+    }
+    server, store = _heavy_server(tmp_path)
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            assert c.post("/v1/sessions", json={"id": "h"}).status_code == 201
+
+            def post(raw: bytes) -> tuple[int, Any]:
+                r = c.post("/v1/sessions/h/messages", content=raw,
+                           headers={"Content-Type": "application/json"})
+                error = r.json()["error"]
+                error.pop("request_id")
+                return r.status_code, error
+
+            for name, shape in bodies.items():
+                light = json.dumps(shape).replace("{pad}", "x").encode()
+                heavy = json.dumps(shape).replace("{pad}", pad).encode()
+                assert len(heavy) >= work.HEAVY_BODY > len(light)
+                assert post(heavy) == post(light), name
+                assert post(heavy)[0] in (400, 422), name
+            status, error = post(b'{"messages": [' + pad.encode())
+            assert status == 400 and error["type"] == "invalid_json"
+            assert c.get("/v1/sessions/h/messages", params={"start": 0}).json() == {
+                "messages": []}
+    finally:
+        server.stop()
+        store.close()

@@ -42,7 +42,7 @@ from .errors import HTTPError, error_body, error_headers
 from .frontdoor import OpenModePolicy, credential
 from .logging import access_log, logger
 from .metrics import Metrics
-from .wire import JSON_TYPE, json_body
+from .wire import JSON_TYPE, json_body, json_body_counted
 from .work import StoreHealth, Work, current_tenant, start_processes, store_call
 
 __all__ = ["OPENAI_PREFIX", "App", "Context", "DirectRoutes", "Endpoint", "ErrorStyle", "Limits",
@@ -159,6 +159,11 @@ class Context:
 
     async def json(self, type: type[T]) -> T:
         return await json_body(self.request, type, self.service.limits.json_bytes)
+
+    async def json_counted(self, type: type[T], counter: str | None
+                           ) -> tuple[T, list[dict[str, int] | None] | None]:
+        return await json_body_counted(self.request, type, self.service.limits.json_bytes,
+                                       counter)
 
 
 @dataclass(frozen=True)

@@ -87,8 +87,9 @@ async def append(ctx: Context) -> Response:
 async def _own_messages(ctx: Context) -> tuple[list[Message], str, dict[str, Any]]:
     """The body's chathistory messages, each checked against its inline bytes, and
     references to uploads completed from the upload."""
+    counter = getattr(ctx.store, "counter", None)
     try:
-        body = await ctx.json(AppendBody)
+        body, counts = await ctx.json_counted(AppendBody, getattr(counter, "name", None))
     except InvalidMessage as exc:
         raise _shape_hint(exc) from None
     for i, message in enumerate(body.messages):
@@ -99,7 +100,9 @@ async def _own_messages(ctx: Context) -> tuple[list[Message], str, dict[str, Any
             check_described(message)
         except InvalidMessage as exc:
             raise exc.under(f"$.messages[{i}]") from None
-        message.token_counts = None  # counts are the server's to make, never the client's
+        # counts are the server's to make, never the client's (a heavy body's were made
+        # where it was decoded, the client's cleared first: json_body_counted)
+        message.token_counts = None if counts is None else counts[i]
     if any(_incomplete(a) for m in body.messages for a in m.attachments):
         await run(_complete_references, body.messages, ctx.service.assets, ctx.tenant)
     return body.messages, "messages", {"state": body.state,

@@ -25,7 +25,7 @@ from ..model import Message
 from ..model.codec import invalid_from
 from ..stores.model import Session
 from .errors import BadRequest, HTTPError
-from .work import SMALL_BODY
+from .work import HEAVY_BODY, SMALL_BODY, decode_elsewhere
 
 __all__ = [
     "BODY_IDLE_SECONDS",
@@ -257,14 +257,29 @@ def _field_names(type: Any) -> tuple[str, ...]:
 
 async def json_body(request: Request, type: type[T], limit: int) -> T:
     """Check the content type, read under ``limit``, decode into ``type`` (a body
-    larger than ``work.SMALL_BODY`` in the work pool, not on the loop)."""
+    larger than ``work.SMALL_BODY`` in the work pool, not on the loop; one of at least
+    ``work.HEAVY_BODY`` in the counting process)."""
+    value, _ = await json_body_counted(request, type, limit, None)
+    return value
+
+
+async def json_body_counted(request: Request, type: type[T], limit: int,
+                            counter: str | None
+                            ) -> tuple[T, list[dict[str, int] | None] | None]:
+    """``json_body``, and for a body decoded in the counting process whose ``type``
+    holds ``messages``, each message's counts by the counter named ``counter``, made
+    there after clearing the client's (``work.decode_elsewhere``); None otherwise."""
     check_json_type(request)
     body = await read_body(request, limit)
     if len(body) <= SMALL_BODY:
-        return decode_json(body, type)
+        return decode_json(body, type), None
     from .app import run
 
-    return await run(decode_json, body, type)
+    if len(body) >= HEAVY_BODY:
+        done = await run(decode_elsewhere, body, type, counter)
+        if done is not None:
+            return done
+    return await run(decode_json, body, type), None
 
 
 def json_response(value: Any, status: int = 200, headers: Mapping[str, str] | None = None

@@ -33,21 +33,25 @@ The loop's own state here (semaphores, counters) is touched only from the loop.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
+import logging
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from typing import ParamSpec, TypeVar
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, ParamSpec, TypeVar
 
 from ..dispatch import Dispatch, StoreHealth
 from ..tokens import count_here, offload_large_texts
 from .errors import HTTPError
 
-__all__ = ["PROCESSES", "SMALL_BODY", "StoreHealth", "Work", "current_tenant",
-           "start_processes", "store_call"]
+__all__ = ["HEAVY_BODY", "PROCESSES", "SMALL_BODY", "StoreHealth", "Work", "current_tenant",
+           "decode_elsewhere", "start_processes", "store_call"]
+
+log = logging.getLogger("chathistory.server")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -96,36 +100,124 @@ PROCESSES = 1
 """Processes that count long texts (``tokens.offload_large_texts``), per server process."""
 
 
-def _counting_process_init() -> None:
-    """In the counting process: niced, and killed when the server process dies (even by
-    SIGKILL: a pool's workers otherwise outlive it, each holding its tables)."""
+def _counting_process_init(parent: int) -> None:
+    """In the counting process: niced, and gone within ``_ORPHAN_CHECK`` seconds of the
+    server process (``parent``), however it died (a pool's workers otherwise outlive a
+    SIGKILL, each holding its tables). Not ``PR_SET_PDEATHSIG``: its signal comes when
+    the *thread* that started the process ends, and the pool starts its processes from
+    whichever thread first needs one: a work thread's end killed the process, and
+    every later count or decode failed (``BrokenProcessPool``)."""
     os.nice(10)
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-        import signal
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:  # the parent died before the line above
-            os._exit(0)
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_ORPHAN_CHECK)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="chathistory-orphan-check", daemon=True).start()
 
 
-def _count_in_processes(encoding: str, text: str) -> int:
-    """In a worker thread: count ``text`` in the counting process (started by the first
-    long text: it costs its memory, ~100 MB with its tables, only where one comes)."""
+_ORPHAN_CHECK = 0.25
+
+
+def _pool() -> ProcessPoolExecutor:
+    """The counting processes, started by the first long text or heavy body: they cost
+    their memory, ~100 MB with the tables, only where one comes."""
     global _processes
     with _processes_lock:
         if _processes is None:
             # niced: counting never takes a core from the serving threads
             _processes = ProcessPoolExecutor(
                 PROCESSES, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_counting_process_init)
-    return _processes.submit(count_here, encoding, text).result()
+                initializer=_counting_process_init, initargs=(os.getpid(),))
+        return _processes
+
+
+def _in_process(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a counting process; a pool whose process died (killed, out of
+    memory) is replaced once, and ``BrokenProcessPool`` raised if that one dies too."""
+    global _processes
+    pool = _pool()
+    try:
+        return pool.submit(fn, *args).result()
+    except BrokenProcessPool:
+        with _processes_lock:
+            if _processes is pool:
+                _processes = None
+        pool.shutdown(wait=False)
+        return _pool().submit(fn, *args).result()
+
+
+def _count_in_processes(encoding: str, text: str) -> int:
+    """In a worker thread: count ``text`` in the counting process (here, should that
+    process die of it)."""
+    try:
+        return _in_process(count_here, encoding, text)
+    except BrokenProcessPool:
+        return count_here(encoding, text)
+
+
+_decoding_here = False
 
 
 def start_processes() -> None:
-    """Count texts over ``tokens.OFFLOAD_CHARS`` in ``PROCESSES`` other processes from now
-    on (once per process)."""
+    """Count texts over ``tokens.OFFLOAD_CHARS``, and decode bodies over ``HEAVY_BODY``,
+    in ``PROCESSES`` other processes from now on (once per process)."""
+    global _decoding_here
     offload_large_texts(_count_in_processes)
+    _decoding_here = True
+
+
+HEAVY_BODY = 1024 * 1024
+"""Append bodies over this size are decoded, and their messages counted, in the counting
+process (``decode_elsewhere``): decoding a body holds the GIL for all of it, about 2 ms a
+MB twice over (the strict check decodes it again), and sending a long text there to be
+counted pickled it under the GIL too. Measured with two clients posting 9 MB appends
+back to back (``reliability/hostile.py``): those were half of the server's time with
+the GIL held, in holds of up to 10 ms, while another tenant's reads waited on them."""
+
+
+def decode_elsewhere(body: bytes, type: type[T], counter: str | None
+                     ) -> tuple[T, list[dict[str, int] | None] | None] | None:
+    """In a worker thread, for a body of at least ``HEAVY_BODY`` bytes: ``body``
+    decoded into ``type`` in the counting process (which waits without the GIL), and
+    when ``type`` holds ``messages`` and ``counter`` names a counter, each message's
+    counts by it, its own counts cleared first (counts are the server's to make). None
+    when the server does not use processes, or when the body fails to decode there: the
+    caller decodes it here, for the same answer as any body gets."""
+    if not _decoding_here:
+        return None
+    try:
+        return _in_process(_decode_here, body, type, counter)
+    except BrokenProcessPool:  # the body killed two processes: decoded here, as any body
+        log.exception("decoding a body of %d bytes in the counting process failed",
+                      len(body))
+        return None
+
+
+def _decode_here(body: bytes, type: type[T], counter: str | None
+                 ) -> tuple[T, list[dict[str, int] | None] | None] | None:
+    """``decode_elsewhere`` in the counting process."""
+    from ..tokens import cached_count, get_counter
+    from .wire import decode_json
+
+    try:
+        value = decode_json(body, type)
+    except Exception:  # the server decodes it again, for its own answer
+        return None
+    messages = getattr(value, "messages", None)
+    if counter is None or not isinstance(messages, list):
+        return value, None
+    try:
+        by = get_counter(counter)
+        counts: list[dict[str, int] | None] = []
+        for message in messages:
+            message.token_counts = None
+            cached_count(message, by)
+            counts.append(message.token_counts)
+    except Exception:  # a counter this process cannot make, a message it cannot count:
+        return value, None  # the append counts as it would have
+    return value, counts
 
 
 async def store_call(work: Work, health: StoreHealth, fn: Callable[P, T], /, *args: P.args,
