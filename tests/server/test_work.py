@@ -328,3 +328,37 @@ def test_a_heavy_body_that_fails_to_decode_is_answered_as_a_light_one(
     finally:
         server.stop()
         store.close()
+
+
+def test_a_heavy_provider_append_is_decoded_elsewhere_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    answered: list[bool] = []
+    elsewhere = wire.decode_elsewhere
+
+    def spied(*args: Any) -> Any:
+        found = elsewhere(*args)
+        answered.append(found is not None)
+        return found
+
+    monkeypatch.setattr(wire, "decode_elsewhere", spied)
+    text = "ünïcode and plain words " * 50_000
+    body = json.dumps({"messages": [{"role": "user", "content": text},
+                                    {"role": "assistant", "content": "ok"}]}).encode()
+    assert len(body) >= work.HEAVY_BODY
+    server, store = _heavy_server(tmp_path)
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            assert c.post("/v1/sessions", json={"id": "p"}).status_code == 201
+            answer = c.post("/v1/sessions/p/messages", params={"format": "openai_chat"},
+                            content=body, headers={"Content-Type": "application/json"})
+            assert answer.status_code == 200, answer.text
+            stored = c.get("/v1/sessions/p/messages", params={"start": 0}).json()["messages"]
+    finally:
+        server.stop()
+        store.close()
+    assert answered == [True]
+    assert [m["parts"][0]["text"] for m in stored] == [text, "ok"]
+    assert stored[0]["token_counts"] == {"o200k_base": cached_count(
+        wire.decode_json(json.dumps({"messages": [
+            {"role": "user", "parts": [{"type": "text", "text": text}]}]}).encode(),
+            AppendBody).messages[0], get_counter("o200k_base"))}

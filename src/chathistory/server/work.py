@@ -189,7 +189,8 @@ def decode_elsewhere(body: bytes, type: type[T], counter: str | None
         return None
     try:
         return _in_process(_decode_here, body, type, counter)
-    except BrokenProcessPool:  # the body killed two processes: decoded here, as any body
+    except Exception:  # the body killed two processes, or its type or value does not
+        # pickle: decoded here, as any body
         log.exception("decoding a body of %d bytes in the counting process failed",
                       len(body))
         return None
