@@ -247,20 +247,26 @@ def _heavy_server(tmp_path: Path) -> tuple[Any, Any]:
     return LiveServer(create_app(store, asset_dir=tmp_path / "assets")).start(), store
 
 
-def test_a_heavy_append_is_decoded_and_counted_elsewhere_as_it_would_be_here(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A body of at least ``HEAVY_BODY`` bytes is decoded, and its messages counted, in
-    the counting process: what is stored is what decoding and counting it here gives,
-    the client's counts never kept."""
-    answered: list[bool] = []
+@pytest.fixture
+def answered(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each body given to ``decode_elsewhere`` was decoded there."""
+    out: list[bool] = []
     elsewhere = wire.decode_elsewhere
 
     def spied(*args: Any) -> Any:
         found = elsewhere(*args)
-        answered.append(found is not None)
+        out.append(found is not None)
         return found
 
     monkeypatch.setattr(wire, "decode_elsewhere", spied)
+    return out
+
+
+def test_a_heavy_append_is_decoded_and_counted_elsewhere_as_it_would_be_here(
+        tmp_path: Path, answered: list[bool]) -> None:
+    """A body of at least ``HEAVY_BODY`` bytes is decoded, and its messages counted, in
+    the counting process: what is stored is what decoding and counting it here gives,
+    the client's counts never kept."""
     text = "naïve café, «quoted» 😀 words\n" * 45_000
     body = json.dumps({"messages": [
         {"role": "user", "parts": [{"type": "text", "text": text}],
@@ -331,16 +337,7 @@ def test_a_heavy_body_that_fails_to_decode_is_answered_as_a_light_one(
 
 
 def test_a_heavy_provider_append_is_decoded_elsewhere_too(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    answered: list[bool] = []
-    elsewhere = wire.decode_elsewhere
-
-    def spied(*args: Any) -> Any:
-        found = elsewhere(*args)
-        answered.append(found is not None)
-        return found
-
-    monkeypatch.setattr(wire, "decode_elsewhere", spied)
+        tmp_path: Path, answered: list[bool]) -> None:
     text = "ünïcode and plain words " * 50_000
     body = json.dumps({"messages": [{"role": "user", "content": text},
                                     {"role": "assistant", "content": "ok"}]}).encode()
