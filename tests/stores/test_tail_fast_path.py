@@ -1,10 +1,12 @@
-"""``tail``'s fast path (``reads.whole_tail``) against the walk over groups it skips.
+"""``tail``'s and ``window``'s fast paths (``reads.whole_tail``, ``reads.whole_window``)
+against the walk over groups they skip.
 
-The fast path answers when each of the newest rows is a group of its own that the
-read keeps; the walk (``Reads._groups_backward``) is the plain path. On every backend,
-for conversations of every shape ``pair_shapes`` builds, with messages marked or
-unloaded, results without their call and forks read through their parent, both paths
-give the same rows for every ``n`` and both ``include_marked``.
+A fast path answers when each of the newest rows it looks at is a group of its own; the
+walk (``Reads._groups_backward``) is the plain path. On every backend, for conversations
+of every shape ``pair_shapes`` builds, with messages marked or unloaded, results without
+their call and forks read through their parent, both paths give the same rows for every
+``n`` and both ``include_marked`` (tail), and for budgets from nothing to the whole
+session (window).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from hypothesis import strategies as st
 from chathistory import KVStatus, Message
 from chathistory.stores import BaseStore, reads
 from chathistory.stores.model import Row
+from chathistory.tokens import cached_count
 
 _EXAMPLES = settings(max_examples=int(os.environ.get("CHATHISTORY_PAIR_EXAMPLES", "30")),
                      deadline=None, derandomize=True,
@@ -44,6 +47,16 @@ class _Spy:
 
 
 _WHOLE_TAIL = reads.whole_tail
+
+
+_WHOLE_WINDOW = reads.whole_window
+
+
+class _WindowSpy(_Spy):
+    def __call__(self, *args: Any) -> list[Row] | None:
+        found = _WHOLE_WINDOW(*args)
+        self.answered += found is not None
+        return found
 
 
 def _walked(store: BaseStore, session_id: str, n: int, include_marked: bool) -> list[str]:
@@ -85,31 +98,54 @@ def test_the_fast_path_reads_what_the_walk_reads(store: BaseStore, data: st.Data
                     fast = _ids(store.tail(session_id, n, include_marked=include_marked))
                 assert fast == _walked(store, session_id, n, include_marked), \
                     (session_id, n, include_marked, pair_shapes.describe(msgs), _ids(marked))
+    window_spy = _WindowSpy()
+    for session_id, _ in sessions:
+        total = store.get_session(session_id).token_count
+        budgets = sorted({0, 3, 4, 10, total // 3, total // 2, total - 5, total + 3, total + 40,
+                          *data.draw(st.lists(st.integers(0, total + 50), max_size=4),
+                                     "budgets")})
+        for budget in budgets:
+            with mock.patch.object(reads, "whole_window", window_spy):
+                fast = _ids(store.window(session_id, budget))
+            with mock.patch.object(reads, "whole_window", lambda *args: None):
+                walked = _ids(store.window(session_id, budget))
+            assert fast == walked, (session_id, budget, pair_shapes.describe(msgs), _ids(marked))
+
+
+def _plain_chat(store: BaseStore, n: int) -> tuple[str, list[Message]]:
+    """A session of ``n`` messages, user and assistant in turn."""
+    chat = store.create_session()
+    msgs = [Message.user(f"question {i}") if i % 2 == 0 else Message.assistant(f"answer {i}")
+            for i in range(n)]
+    store.append(chat.id, msgs)
+    return chat.id, msgs
+
+
+def _tool_turn(store: BaseStore) -> tuple[str, list[Message]]:
+    """A session of a question, a tool call and its result (the last two one group)."""
+    tools = store.create_session()
+    turn = [Message.user("weather?"),
+            Message.assistant("", [{"id": "c1", "name": "weather", "arguments": {}}]),
+            Message.tool_result("c1", "sunny")]
+    store.append(tools.id, turn)
+    return tools.id, turn
 
 
 def test_the_fast_path_answers_plain_chat_and_leaves_the_rest_to_the_walk(
         store: BaseStore) -> None:
-    chat = store.create_session()
-    msgs = [Message.user(f"q{i}") if i % 2 == 0 else Message.assistant(f"a{i}")
-            for i in range(6)]
-    store.append(chat.id, msgs)
+    chat, msgs = _plain_chat(store, 6)
     spy = _Spy()
     with mock.patch.object(reads, "whole_tail", spy):
-        assert _ids(store.tail(chat.id, 3)) == _ids(msgs[3:])
-        assert _ids(store.tail(chat.id, 10)) == _ids(msgs)  # the whole session
+        assert _ids(store.tail(chat, 3)) == _ids(msgs[3:])
+        assert _ids(store.tail(chat, 10)) == _ids(msgs)  # the whole session
         assert spy.answered == 2
-        store.mark(chat.id, [msgs[4].id], KVStatus.MARKED)
-        assert _ids(store.tail(chat.id, 3)) == _ids([msgs[2], msgs[3], msgs[5]])
+        store.mark(chat, [msgs[4].id], KVStatus.MARKED)
+        assert _ids(store.tail(chat, 3)) == _ids([msgs[2], msgs[3], msgs[5]])
         assert spy.answered == 2  # a marked row among the newest: the walk
-        assert _ids(store.tail(chat.id, 3, include_marked=True)) == _ids(msgs[3:])
+        assert _ids(store.tail(chat, 3, include_marked=True)) == _ids(msgs[3:])
         assert spy.answered == 3
-
-        tools = store.create_session()
-        turn = [Message.user("weather?"),
-                Message.assistant("", [{"id": "c1", "name": "weather", "arguments": {}}]),
-                Message.tool_result("c1", "sunny")]
-        store.append(tools.id, turn)
-        assert _ids(store.tail(tools.id, 1)) == _ids(turn[1:])  # widened to the call
+        tools, turn = _tool_turn(store)
+        assert _ids(store.tail(tools, 1)) == _ids(turn[1:])  # widened to the call
         assert spy.answered == 3
 
 
@@ -133,3 +169,32 @@ def test_the_fast_path_takes_only_the_newest_rows_one_after_the_other() -> None:
     unloaded = [*rows[:5], _row(9, status=int(KVStatus.UNLOADED))]
     assert reads.whole_tail(unloaded, 3, 10, False) is None
     assert reads.whole_tail(unloaded, 3, 10, True) == unloaded[3:]
+
+
+def test_the_window_fast_path_answers_plain_chat_and_leaves_the_rest_to_the_walk(
+        store: BaseStore) -> None:
+    chat, msgs = _plain_chat(store, 8)
+    spy = _WindowSpy()
+    newest_three = sum(cached_count(m, store.counter) for m in msgs[5:])
+    with mock.patch.object(reads, "whole_window", spy):
+        newest = store.window(chat, newest_three + store.counter.priming_tokens)
+        assert _ids(newest) == _ids(msgs[5:])
+        assert _ids(store.window(chat, 10_000)) == _ids(msgs)  # the whole session
+        assert spy.answered == 2
+        tools, turn = _tool_turn(store)
+        assert _ids(store.window(tools, 10_000)) == _ids(turn)
+        assert spy.answered == 2  # a call and its result are one group: the walk
+
+
+def test_the_window_fast_path_walks_only_single_rows_back_from_the_newest() -> None:
+    rows = [_row(s) for s in range(4, 10)]  # one token each
+    assert reads.whole_window(rows, 3, 10) == rows[3:]
+    assert reads.whole_window(rows, 3, 11) is None  # not the newest rows
+    assert reads.whole_window([*rows[:4], *rows[5:]], 3, 10) is None  # one missing
+    assert reads.whole_window(rows, 9, 10) is None  # all fit: older rows might too
+    whole = [_row(s) for s in range(3)]
+    assert reads.whole_window(whole, 9, 3) == whole  # all of a short session
+    assert reads.whole_window([_row(4, cut_ok=False), *rows[1:]], 3, 10) == rows[3:]
+    assert reads.whole_window([*rows[:5], _row(9, cut_ok=False)], 3, 10) is None
+    left_out = [*rows[:4], _row(8, orphan=True), _row(9, status=int(KVStatus.MARKED))]
+    assert reads.whole_window(left_out, 3, 10) == rows[1:4]  # skipped, not counted

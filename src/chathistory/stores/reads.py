@@ -204,6 +204,14 @@ class Reads(Sessions):
         first_lo = None
         if own and first_rows is None:
             first_lo = self._seq_at_cum(session, session.token_count - budget)
+        if own and not keep_system and session.message_count:
+            if first_rows is None:  # the walk's first batch, read here to try the fast path
+                lo = 0 if first_lo is None else max(0, min(first_lo - 1,
+                                                           session.message_count - 1))
+                first_rows = self._read(session, lo, session.message_count)
+            fast = whole_window(first_rows, budget, session.message_count)
+            if fast is not None:
+                return fast
         chosen: list[list[Row]] = []  # newest group first
         loaded = int(KVStatus.LOADED)
         groups = self._groups_backward(session, None if first_lo is None else first_lo - 1,
@@ -519,6 +527,35 @@ def whole_tail(rows: list[Row], n: int, count: int, include_marked: bool) -> lis
     if not all(r.cut_ok for r in tail) or not _usable(tail, include_marked):
         return None
     return tail
+
+
+def whole_window(rows: list[Row], budget: int, count: int) -> list[Row] | None:
+    """``window``'s fast path (the store's own counts, no ``keep_system``): the newest
+    of ``rows`` (the newest rows of a session of ``count`` messages, in order) within
+    ``budget`` tokens, when every row it walks back over is a whole group of its own
+    (plain chat), which is then what walking the groups gives: marked, unloaded and
+    orphan rows left out, the walk stopped at the first row over what is left of the
+    budget. None otherwise (a group of several rows, or every row fitting with more
+    rows before them), and the walk decides. ``tests/stores/test_tail_fast_path.py``
+    checks it against the walk."""
+    if not rows or rows[-1].seq != count - 1 or rows[-1].seq - rows[0].seq != len(rows) - 1:
+        return None  # not the newest rows, or not one after the other
+    chosen: list[Row] = []
+    for i in range(len(rows) - 1, -1, -1):
+        row = rows[i]
+        if not row.cut_ok:
+            return None
+        if row.orphan or row.status != _LOADED:
+            continue
+        if row.tokens > budget:
+            break
+        budget -= row.tokens
+        chosen.append(row)
+    else:
+        if rows[0].seq != 0:  # all of them fit: older rows might too
+            return None
+    chosen.reverse()
+    return chosen
 
 
 def _usable(group: Sequence[Row], include_marked: bool) -> bool:
