@@ -355,15 +355,15 @@ def test_window_probe_is_one_read_and_agrees_with_the_step_by_step_path(
     budgets = (0, 50, 400, 10**9)
     probed = [redis_store.window_json(sid, b) for b in budgets]
     scripts: list[int] = []
-    real = redis_store._probe_script
+    real = redis_store._scripted
 
-    def counted(**kwargs: Any) -> Any:
-        scripts.append(1)
-        return real(**kwargs)
+    def counted(script: Any, keys: list[Any], args: list[Any]) -> Any:
+        scripts.append(script is redis_store._probe_script)
+        return real(script, keys, args)
 
-    monkeypatch.setattr(redis_store, "_probe_script", counted)
+    monkeypatch.setattr(redis_store, "_scripted", counted)
     redis_store.window_json(sid, 400)
-    assert scripts == [1]
+    assert scripts == [True]
     monkeypatch.setattr(redis_store, "_b_window_probe", lambda *args: None)
     assert probed == [redis_store.window_json(sid, b) for b in budgets]
     assert probed[-1].count(b'"role":"user"') > 1000  # past the script's 2,000 rows
@@ -377,9 +377,8 @@ def test_window_reads_step_by_step_when_the_script_fails(
     msgs = conformance.chat(6, "deep")
     redis_store.append(s.id, msgs)
 
-    def failing(**kwargs: Any) -> Any:
-        raise redis.exceptions.ResponseError("cjson: too many nested data structures")
-
+    failing = redis_store._r.register_script(  # the error reply such a script gives
+        "return redis.error_reply('cjson: too many nested data structures')")
     monkeypatch.setattr(redis_store, "_probe_script", failing)
     assert redis_store._b_window_probe("default", s.id, 100) is None
     assert [m.id for m in redis_store.window(s.id, 10**6)] == [m.id for m in msgs]

@@ -194,6 +194,7 @@ class RedisStore(RedisSearch, BaseStore):
         self._probe_script = self._r.register_script(scripts.PROBE)
         self._tail_script = self._r.register_script(scripts.TAIL_PROBE)
         self._script_error = redis.exceptions.ResponseError
+        self._no_script = redis.exceptions.NoScriptError
         self._status_script = self._r.register_script(scripts.SET_STATUS)
         self._gc_script = self._r.register_script(scripts.GC)
         self._fix_expiry_script = self._r.register_script(scripts.FIX_EXPIRY)
@@ -502,7 +503,7 @@ class RedisStore(RedisSearch, BaseStore):
     def _rows_at(self, tenant: str, session_id: str, seqs: Sequence[int]) -> list[Row]:
         key = self._keys(tenant, session_id).rows
         if len(seqs) <= _CHUNK:
-            values = self._r.hmget(key, [str(s) for s in seqs]) if seqs else []
+            values = self._hmget(key, [str(s) for s in seqs]) if seqs else []
         else:
             pipe = self._r.pipeline(transaction=False)
             for a in range(0, len(seqs), _CHUNK):
@@ -514,12 +515,28 @@ class RedisStore(RedisSearch, BaseStore):
         # own rows are contiguous positions, so a range is one HMGET of its fields
         return self._rows_at(tenant, session_id, range(max(0, lo), hi))
 
+    def _scripted(self, script: Any, keys: list[Any], args: list[Any]) -> Any:
+        """``script(keys=keys, args=args)``, past redis-py's dispatch on one node
+        (``wire.Direct``; a server that lost the script gets it from the ``Script``)."""
+        if self._direct is not None:
+            try:
+                return self._direct.call(("EVALSHA", script.sha, len(keys), *keys, *args))
+            except self._no_script:
+                pass
+        return script(keys=keys, args=args)
+
+    def _hmget(self, key: str, fields: list[str]) -> list[Any]:
+        """``HMGET``, past redis-py's dispatch on one node (``wire.Direct``)."""
+        if self._direct is None:
+            return list(self._r.hmget(key, fields))
+        return list(self._direct.call(("HMGET", key, *fields)))
+
     def _b_window_probe(self, tenant: str, session_id: str, budget: int
                         ) -> tuple[Session | None, list[Row]] | None:
         k = self._keys(tenant, session_id)
         try:
-            found = self._probe_script(keys=[k.session, k.rows, k.cum],
-                                       args=[budget, scripts.PROBE_ROWS])
+            found = self._scripted(self._probe_script, [k.session, k.rows, k.cum],
+                                   [budget, scripts.PROBE_ROWS])
         except self._script_error:  # a session JSON that Lua's cjson cannot read: step by step
             return None
         return _probed(found)
@@ -535,7 +552,7 @@ class RedisStore(RedisSearch, BaseStore):
             if probed is not None:
                 return probed
         try:
-            found = self._tail_script(keys=[k.session, k.rows], args=[rows])
+            found = self._scripted(self._tail_script, [k.session, k.rows], [rows])
         except self._script_error:  # a session JSON that Lua's cjson cannot read: step by step
             return None
         probed = _probed(found)
@@ -553,9 +570,7 @@ class RedisStore(RedisSearch, BaseStore):
         30-35 us (Lua copies every value in and out); a MULTI around two commands costs
         the client 15 us more than one command."""
         lo = max(0, length - rows)
-        fields = ["j", *map(str, range(lo, length))]
-        j, *values = (self._r.hmget(k.rows, fields) if self._direct is None
-                      else self._direct.call(("HMGET", k.rows, *fields)))
+        j, *values = self._hmget(k.rows, ["j", *map(str, range(lo, length))])
         if j is None:  # no session, or one last written by an older release: the script
             return None
         session = SESSION_DECODER.decode(j)
