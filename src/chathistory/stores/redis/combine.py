@@ -122,13 +122,7 @@ class ScriptCombiner:
 
     def _one(self, c: _Call) -> None:
         try:
-            if self._direct is not None:
-                try:
-                    c.value = self._direct.call(("EVALSHA", self._script.sha, len(c.keys),
-                                                 *c.keys, *c.args))
-                    return
-                except self._no_script:  # the script never ran: the Script loads it
-                    pass
-            c.value = self._script(keys=c.keys, args=c.args)
+            c.value = (self._script(keys=c.keys, args=c.args) if self._direct is None
+                       else self._direct.script(self._script, c.keys, c.args))
         except BaseException as exc:
             c.error = exc

@@ -194,7 +194,6 @@ class RedisStore(RedisSearch, BaseStore):
         self._probe_script = self._r.register_script(scripts.PROBE)
         self._tail_script = self._r.register_script(scripts.TAIL_PROBE)
         self._script_error = redis.exceptions.ResponseError
-        self._no_script = redis.exceptions.NoScriptError
         self._status_script = self._r.register_script(scripts.SET_STATUS)
         self._gc_script = self._r.register_script(scripts.GC)
         self._fix_expiry_script = self._r.register_script(scripts.FIX_EXPIRY)
@@ -518,12 +517,9 @@ class RedisStore(RedisSearch, BaseStore):
     def _scripted(self, script: Any, keys: list[Any], args: list[Any]) -> Any:
         """``script(keys=keys, args=args)``, past redis-py's dispatch on one node
         (``wire.Direct``; a server that lost the script gets it from the ``Script``)."""
-        if self._direct is not None:
-            try:
-                return self._direct.call(("EVALSHA", script.sha, len(keys), *keys, *args))
-            except self._no_script:
-                pass
-        return script(keys=keys, args=args)
+        if self._direct is None:
+            return script(keys=keys, args=args)
+        return self._direct.script(script, keys, args)
 
     def _hmget(self, key: str, fields: list[str]) -> list[Any]:
         """``HMGET``, past redis-py's dispatch on one node (``wire.Direct``)."""

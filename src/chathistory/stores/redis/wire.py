@@ -1,5 +1,6 @@
-"""The hot commands (an append's script, a tail's ``HMGET``) sent on connections of the
-client's own pool, past redis-py's per-command dispatch (``Redis.execute_command``).
+"""The hot commands (an append's script, the window's and the tail's probes, the rows'
+``HMGET``) sent on connections of the client's own pool, past redis-py's per-command
+dispatch (``Redis.execute_command``).
 
 Worth its code because those commands are short: a one-message append spent some
 20-25 us of this process's CPU in redis-py's dispatch alone (its connection checkout
@@ -39,10 +40,11 @@ class Direct:
         self._pack = pack  # hiredis.pack_command
         self._stack: list[Any] = []
         self._pid = os.getpid()
-        from redis.exceptions import ConnectionError, ResponseError, TimeoutError
+        from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
 
         self._lost: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, OSError)
         self._answered = ResponseError
+        self._no_script = NoScriptError
 
     @classmethod
     def of(cls, client: Any) -> Direct | None:
@@ -79,6 +81,15 @@ class Direct:
             raise
         self._stack.append(conn)
         return reply
+
+    def script(self, script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        """A redis-py ``Script`` run on ``keys`` and ``args``: its ``EVALSHA`` sent here,
+        or, on a server that lost the script (it never ran), through the ``Script``,
+        which loads it."""
+        try:
+            return self.call(("EVALSHA", script.sha, len(keys), *keys, *args))
+        except self._no_script:
+            return script(keys=keys, args=args)
 
     def pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """Send ``commands`` together and return their replies in order, an error reply
