@@ -169,12 +169,13 @@ def start_processes() -> None:
 
 
 HEAVY_BODY = 1024 * 1024
-"""Append bodies over this size are decoded, and their messages counted, in the counting
-process (``decode_elsewhere``): decoding a body holds the GIL for all of it, about 2 ms a
-MB twice over (the strict check decodes it again), and sending a long text there to be
-counted pickled it under the GIL too. Measured with two clients posting 9 MB appends
-back to back (``reliability/hostile.py``): those were half of the server's time with
-the GIL held, in holds of up to 10 ms, while another tenant's reads waited on them."""
+"""Bodies of this size or more are decoded (and an append's messages counted) in the
+counting process (``decode_elsewhere``): decoding a body holds the GIL for all of it,
+10-14 ms for 9 MB, twice over (the strict check decodes it again), and sending a long
+text there to be counted pickled it under the GIL too. Measured with two clients
+posting 9 MB appends back to back (``reliability/hostile.py``): those were half of the
+server's time with the GIL held, in holds of up to 10 ms, while another tenant's reads
+waited on them."""
 
 
 def decode_elsewhere(body: bytes, type: type[T], counter: str | None
