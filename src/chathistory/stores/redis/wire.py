@@ -23,7 +23,7 @@ for other clients."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["Direct"]
@@ -64,22 +64,9 @@ class Direct:
     def call(self, args: Sequence[Any]) -> Any:
         """Send ``args`` (the command's name first) and return the reply; an error
         reply raises as redis-py raises it (``NoScriptError``, ``ResponseError``)."""
-        conn = self._take()
-        try:
-            conn.send_packed_command([self._pack(tuple(args))])
-            reply = conn.read_response()
-        except self._answered:  # an error reply: the connection is clean
-            self._stack.append(conn)
-            raise
-        except self._lost:
-            conn.disconnect()
-            self.pool.release(conn)
-            return self.client.execute_command(*args)  # the client's retries apply
-        except BaseException:  # (an interrupt mid-command: the reply may be unread)
-            conn.disconnect()
-            self.pool.release(conn)
-            raise
-        self._stack.append(conn)
+        (reply,) = self._exchange([args], lambda: [self.client.execute_command(*args)])
+        if isinstance(reply, self._answered):
+            raise reply
         return reply
 
     def script(self, script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
@@ -96,6 +83,21 @@ class Direct:
         as its exception (redis-py's ``execute(raise_on_error=False)``); a connection
         lost or a timeout raises, as the client's pipeline raises it, after the
         client's pipeline has tried them again (its retries)."""
+        def through_client() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for args in commands:
+                pipe.execute_command(*args)
+            return list(pipe.execute(raise_on_error=False))
+
+        return self._exchange(commands, through_client)
+
+    def _exchange(self, commands: Sequence[Sequence[Any]],
+                  through_client: Callable[[], list[Any]]) -> list[Any]:
+        """``commands`` sent together on a connection of the stack, their replies in
+        order (an error reply as its exception: the connection stays clean); on a lost
+        connection or a timeout, the connection back to the pool and
+        ``through_client()`` instead; on anything else (an interrupt mid-command: a
+        reply may be unread), the connection back to the pool, disconnected."""
         conn = self._take()
         try:
             conn.send_packed_command([self._pack(tuple(args)) for args in commands])
@@ -108,10 +110,7 @@ class Direct:
         except self._lost:
             conn.disconnect()
             self.pool.release(conn)
-            pipe = self.client.pipeline(transaction=False)
-            for args in commands:
-                pipe.execute_command(*args)
-            return list(pipe.execute(raise_on_error=False))
+            return through_client()  # the client's retries apply
         except BaseException:
             conn.disconnect()
             self.pool.release(conn)
