@@ -4,11 +4,13 @@ circuit, and long texts counted in other processes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -236,15 +238,23 @@ def test_the_server_counts_without_tiktoken_threads(monkeypatch: pytest.MonkeyPa
     assert shared == []
 
 
-def _heavy_server(tmp_path: Path) -> tuple[Any, Any]:
-    """A server over a SQLite store with the default counter (o200k), no keys."""
+@contextlib.contextmanager
+def _heavy_server(tmp_path: Path) -> Iterator[httpx.Client]:
+    """A client of a server over a SQLite store with the default counter (o200k), no
+    keys; the server stopped and the store closed after."""
     from serverkit import LiveServer
 
     from chathistory.server.app import create_app
     from chathistory.stores.sqlite import SQLiteStore
 
     store = SQLiteStore(tmp_path / "heavy.db")
-    return LiveServer(create_app(store, asset_dir=tmp_path / "assets")).start(), store
+    server = LiveServer(create_app(store, asset_dir=tmp_path / "assets")).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            yield client
+    finally:
+        server.stop()
+        store.close()
 
 
 @pytest.fixture
@@ -274,17 +284,12 @@ def test_a_heavy_append_is_decoded_and_counted_elsewhere_as_it_would_be_here(
         {"role": "assistant", "name": "bot", "parts": [{"type": "text", "text": "ok"}]}],
         "reject_orphans": True}).encode()
     assert len(body) >= work.HEAVY_BODY
-    server, store = _heavy_server(tmp_path)
-    try:
-        with httpx.Client(base_url=server.url, timeout=60) as c:
-            assert c.post("/v1/sessions", json={"id": "h"}).status_code == 201
-            answer = c.post("/v1/sessions/h/messages", content=body,
-                            headers={"Content-Type": "application/json"})
-            assert answer.status_code == 200, answer.text
-            stored = c.get("/v1/sessions/h/messages", params={"start": 0}).json()["messages"]
-    finally:
-        server.stop()
-        store.close()
+    with _heavy_server(tmp_path) as c:
+        assert c.post("/v1/sessions", json={"id": "h"}).status_code == 201
+        answer = c.post("/v1/sessions/h/messages", content=body,
+                        headers={"Content-Type": "application/json"})
+        assert answer.status_code == 200, answer.text
+        stored = c.get("/v1/sessions/h/messages", params={"start": 0}).json()["messages"]
     assert answered == [True]
     here = wire.decode_json(body, AppendBody).messages
     counter = get_counter("o200k_base")
@@ -309,31 +314,26 @@ def test_a_heavy_body_that_fails_to_decode_is_answered_as_a_light_one(
             {"type": "text", "text": "{pad}"}], "name": 7}]},
         "no parts": {"messages": [{"role": "user", "content": "{pad}"}]},
     }
-    server, store = _heavy_server(tmp_path)
-    try:
-        with httpx.Client(base_url=server.url, timeout=60) as c:
-            assert c.post("/v1/sessions", json={"id": "h"}).status_code == 201
+    with _heavy_server(tmp_path) as c:
+        assert c.post("/v1/sessions", json={"id": "h"}).status_code == 201
 
-            def post(raw: bytes) -> tuple[int, Any]:
-                r = c.post("/v1/sessions/h/messages", content=raw,
-                           headers={"Content-Type": "application/json"})
-                error = r.json()["error"]
-                error.pop("request_id")
-                return r.status_code, error
+        def post(raw: bytes) -> tuple[int, Any]:
+            r = c.post("/v1/sessions/h/messages", content=raw,
+                       headers={"Content-Type": "application/json"})
+            error = r.json()["error"]
+            error.pop("request_id")
+            return r.status_code, error
 
-            for name, shape in bodies.items():
-                light = json.dumps(shape).replace("{pad}", "x").encode()
-                heavy = json.dumps(shape).replace("{pad}", pad).encode()
-                assert len(heavy) >= work.HEAVY_BODY > len(light)
-                assert post(heavy) == post(light), name
-                assert post(heavy)[0] in (400, 422), name
-            status, error = post(b'{"messages": [' + pad.encode())
-            assert status == 400 and error["type"] == "invalid_json"
-            assert c.get("/v1/sessions/h/messages", params={"start": 0}).json() == {
-                "messages": []}
-    finally:
-        server.stop()
-        store.close()
+        for name, shape in bodies.items():
+            light = json.dumps(shape).replace("{pad}", "x").encode()
+            heavy = json.dumps(shape).replace("{pad}", pad).encode()
+            assert len(heavy) >= work.HEAVY_BODY > len(light)
+            assert post(heavy) == post(light), name
+            assert post(heavy)[0] in (400, 422), name
+        status, error = post(b'{"messages": [' + pad.encode())
+        assert status == 400 and error["type"] == "invalid_json"
+        assert c.get("/v1/sessions/h/messages", params={"start": 0}).json() == {
+            "messages": []}
 
 
 def test_a_heavy_provider_append_is_decoded_elsewhere_too(
@@ -342,17 +342,12 @@ def test_a_heavy_provider_append_is_decoded_elsewhere_too(
     body = json.dumps({"messages": [{"role": "user", "content": text},
                                     {"role": "assistant", "content": "ok"}]}).encode()
     assert len(body) >= work.HEAVY_BODY
-    server, store = _heavy_server(tmp_path)
-    try:
-        with httpx.Client(base_url=server.url, timeout=60) as c:
-            assert c.post("/v1/sessions", json={"id": "p"}).status_code == 201
-            answer = c.post("/v1/sessions/p/messages", params={"format": "openai_chat"},
-                            content=body, headers={"Content-Type": "application/json"})
-            assert answer.status_code == 200, answer.text
-            stored = c.get("/v1/sessions/p/messages", params={"start": 0}).json()["messages"]
-    finally:
-        server.stop()
-        store.close()
+    with _heavy_server(tmp_path) as c:
+        assert c.post("/v1/sessions", json={"id": "p"}).status_code == 201
+        answer = c.post("/v1/sessions/p/messages", params={"format": "openai_chat"},
+                        content=body, headers={"Content-Type": "application/json"})
+        assert answer.status_code == 200, answer.text
+        stored = c.get("/v1/sessions/p/messages", params={"start": 0}).json()["messages"]
     assert answered == [True]
     assert [m["parts"][0]["text"] for m in stored] == [text, "ok"]
     assert stored[0]["token_counts"] == {"o200k_base": cached_count(
