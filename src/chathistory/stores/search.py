@@ -98,7 +98,16 @@ def _blank_unless_word(run: re.Match[str]) -> str:
     return found if _WORD.search(found) else " "
 
 
-_NOT_ASCII_WORD = str.maketrans({chr(c): " " for c in range(128) if not chr(c).isalnum()})
+_NOT_ASCII_WORD = bytes((ord(chr(b).lower()) if chr(b).isalnum() else 0x20) if b < 0x80 else b
+                        for b in range(256))
+"""``bytes.translate``'s table that cuts ASCII as ``words`` does: a letter lowercased, a
+digit kept, anything else a space (ASCII text encoded, translated and decoded: 5.8 us a
+ShareGPT message against 7.3 for ``str.lower`` and ``str.translate`` through a dict)."""
+
+
+def _ascii_words(text: str) -> list[str]:
+    """``words`` of ASCII text (``text.isascii()``)."""
+    return text.encode("ascii").translate(_NOT_ASCII_WORD).decode("ascii").split()
 
 _CUTS_ONLY: dict[str, bool] = {}
 """Characters that are not ASCII, seen in text: whether the character only cuts words
@@ -145,15 +154,14 @@ def words(text: str) -> list[str]:
     folded text whose characters that are not ASCII are all outside words (98 us,
     against 230 for the regular expression's cut)."""
     if text.isascii():
-        return text.lower().translate(_NOT_ASCII_WORD).split()
+        return _ascii_words(text)
     chars = _not_ascii(text)
     if len(chars) <= _CUTS_ONLY_CHARS and all(_cuts_only(char) for char in chars):
         # each of them made a "?": a cut
-        ascii_text = text.encode("ascii", "replace").decode("ascii")
-        return ascii_text.lower().translate(_NOT_ASCII_WORD).split()
+        return _ascii_words(text.encode("ascii", "replace").decode("ascii"))
     folded = _NOT_ASCII.sub(_blank_unless_word, _fold(text))
     if folded.isascii():
-        return folded.translate(_NOT_ASCII_WORD).split()
+        return _ascii_words(folded)
     return _WORD.findall(folded)
 
 

@@ -188,11 +188,10 @@ def check_config(config: str) -> str:
 
 def search_vector(config: str) -> str:
     """The expression the search index holds for a ``messages`` row: its words
-    (``words``: distinct, sorted, space-separated, as the engine's tokenizer cut them)
+    (``words``: distinct, space-separated, as the engine's tokenizer cut them)
     and two markers, one of the row's session and one of its tenant. Only the tokenizer
     makes words; the markers start with ``!``, which no word holds, so no query word can
-    match one (and sort before every word: the lexemes come sorted, which PostgreSQL's
-    sorts notice). With ``simple`` the words are the lexemes as they are (no parser, no
+    match one. With ``simple`` the words are the lexemes as they are (no parser, no
     dictionary); another configuration (``english``) stems them and drops its stop
     words. A search states this expression as it is here, or the index is not used."""
     marks = "ARRAY['!s' || md5(md5(tenant) || session_id), '!t' || md5(tenant)]"
