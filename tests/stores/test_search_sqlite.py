@@ -11,6 +11,7 @@ import hashlib
 import shutil
 import sqlite3
 import sys
+import threading
 import time
 import unicodedata
 import uuid
@@ -300,6 +301,39 @@ def test_appends_wait_in_the_pending_list_for_the_indexer_or_a_search(
     store.append("s", [Message.user("word17")])
     assert [h.seq for h in store.search("word17").items] == [17]  # a search indexes first
     assert pending(store) == 0
+    assert_index_matches_rows(store)
+
+
+def test_the_indexer_thread_waits_for_the_appends_to_pause(
+        store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Appends back to back (closer than QUIET_S) index their rows themselves past
+    BACKLOG; the thread indexes only once they pause."""
+    monkeypatch.setattr(sqlite_search, "FLUSH_AT", 5)
+    monkeypatch.setattr(sqlite_search, "BACKLOG", 12)
+    monkeypatch.setattr(sqlite_search, "QUIET_S", 0.5)  # the test's appends take ~1 ms
+    flushed_by: list[str] = []
+    flush = store._flush_pending
+
+    def watched(*args: object) -> None:
+        flushed_by.append(threading.current_thread().name)
+        flush(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "_flush_pending", watched)
+    store.create_session("s")
+    started = time.monotonic()
+    for k in range(11):  # past FLUSH_AT: the thread is woken, and waits
+        store.append("s", [Message.user(f"word{k}")])
+    assert store._indexer is not None
+    if time.monotonic() - started < sqlite_search.QUIET_S:  # (a stalled machine: skip)
+        assert pending(store) == 11 and index_content(store) == set()
+        assert flushed_by == []
+        store.append("s", [Message.user("word11")])  # BACKLOG: this append indexes
+        assert pending(store) == 0 and flushed_by == ["MainThread"]
+        assert_index_matches_rows(store)
+    for k in range(12, 17):  # FLUSH_AT more, then a pause: the thread indexes them
+        store.append("s", [Message.user(f"word{k}")])
+    wait_for_the_indexer(store)
+    assert flushed_by[-1] == "chathistory-search-index"
     assert_index_matches_rows(store)
 
 

@@ -13,11 +13,13 @@ session's rows are one rowid range, and the index stores no key text per message
 
 An append does not tokenize: its rows are left to index, and they are indexed a batch at
 a time: by the store's indexer thread, which an append that leaves ``FLUSH_AT`` rows to
-index wakes (after its commit); by an append that leaves ``BACKLOG`` (the indexer is
-behind: appends help, so the backlog stays bounded); and by every search before it reads
-the index, so a search sees every acknowledged message. (Tokenizing and writing FTS5 in
-each append's transaction measured three times the cost of the append; in batches it
-costs a third of that per message, and it runs beside the appends, not in them.) What is
+index wakes (after its commit) and which indexes once the appends pause (``QUIET_S``);
+by an append that leaves ``BACKLOG`` (appends back to back, or the indexer behind: the
+backlog stays bounded); and by every search before it reads the index, so a search sees
+every acknowledged message. (Tokenizing and writing FTS5 in each append's transaction
+measured three times the cost of the append; in batches it costs a third of that per
+message. Beside appends back to back, in another thread, it cost them more than in
+them: ``QUIET_S``.) What is
 left to index is a watermark per session, ``search_dirty (num, from_seq)``: the
 session's rows from ``from_seq`` on are not indexed yet, those before it are. An append
 writes it only when the session turns from indexed to not (its first row's position), so
@@ -53,6 +55,7 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, TypeVar
@@ -62,7 +65,7 @@ from .model import Row, Session
 from .search import WORDS_VERSION, Cursor, Query, indexed_words, matching_rows, ranked_after
 
 __all__ = ["AUTO_BUILD_ROWS", "BACKLOG", "FLUSH_AT", "FLUSH_BYTES", "HANDOFF_BYTES",
-           "HANDOFF_ROW_BYTES", "RANK_LIMIT", "SPAN_CANDIDATES", "WORDS_VERSION",
+           "HANDOFF_ROW_BYTES", "QUIET_S", "RANK_LIMIT", "SPAN_CANDIDATES", "WORDS_VERSION",
            "WRITTEN_SESSIONS", "IndexState", "IndexedSearch", "Known", "Pended",
            "match_expression", "tenant_prefix", "valid_known"]
 
@@ -74,8 +77,22 @@ FLUSH_AT = 512
 rows it indexes per transaction: FTS5 writes a segment per transaction, and on 60,000
 ShareGPT messages a batch cost 23.8 us a message at 128 rows, 19.2 at 512."""
 BACKLOG = 1024
-"""Pending rows that make an append index them itself (the indexer thread is behind);
-at most what a search indexes before it reads (about 20 ms of ShareGPT messages)."""
+"""Pending rows that make an append index them itself (appends come back to back, and
+the indexer thread waits for them to pause: ``QUIET_S``); at most what a search indexes
+before it reads (about 20 ms of ShareGPT messages)."""
+QUIET_S = 0.002
+"""The indexer thread indexes once the store's appends have paused this long. Beside
+appends back to back it slowed them more than indexing in them does: the two threads
+take the GIL from each other (the appender, back from each SQLite call, waits for the
+indexer's Python), so a call's p99 tripled. Measured (2026-11-26, 1,200 ShareGPT
+appends a round, 30 rounds at ``NORMAL``, 20 at ``FULL``, the index's two ways and
+``search=off`` taking turns, ratios to the round of ``search=off`` beside): at
+``NORMAL`` 1.23x / 1.22x an append with the indexing in the appends past ``BACKLOG``
+against 1.26x / 1.36x beside them, a call's p99 1.0 ms against 3.3-3.5 ms (0.9 without
+the index); at ``FULL`` 1.15x / 1.13x against 1.15x / 1.14x, p99 1.3-1.5 ms against
+1.7-1.8, p99.9 3.2-4.0 ms against 11.5-12.8. So appends back to back index their rows
+themselves, ``BACKLOG`` at a time (one call in ``BACKLOG`` takes that much longer, 40-80
+ms), and appends at a chat's pace leave them to the thread, in their pauses."""
 AUTO_BUILD_ROWS = 20_000
 """Opening a store builds a missing or stale index at once when at most this many rows
 are left to index (about a second); a larger one is built by ``build_search_index``
@@ -750,6 +767,7 @@ class IndexedSearch:
         self._handoff_bytes = 0
         self._handoff_lock = threading.Lock()
         self._pending_count = 0
+        self._last_append = 0.0  # time.monotonic() of the last append that left rows
         self._epoch = 0
         self._seen_version: int | None = None
 
@@ -809,6 +827,7 @@ class IndexedSearch:
 
     def _after_append(self, pending: int) -> None:
         """After an append's commit that left ``pending`` rows to index."""
+        self._last_append = time.monotonic()
         if pending >= BACKLOG and (pending := self._recount()) >= BACKLOG:
             self._flush_pending()
         elif pending >= FLUSH_AT:
@@ -823,16 +842,36 @@ class IndexedSearch:
             self._indexer_wake.set()
 
     def _index_pending(self) -> None:
-        """The indexer thread: index the pending rows whenever an append asks."""
+        """The indexer thread: index the pending rows whenever an append asks, in the
+        appends' pauses (``QUIET_S``), a batch at a time while they last."""
         while True:
             self._indexer_wake.wait()
             self._indexer_wake.clear()
+            while self._quiet():
+                try:
+                    self._flush_pending(self._appending)
+                except Exception:  # the rows stay pending: the next batch or search retries
+                    log.exception("search index: indexing the pending rows failed")
+                    break
+                if not self._appending():
+                    break  # every full batch indexed
             if self._indexer_stop:
                 return
-            try:
-                self._flush_pending(lambda: self._indexer_stop)
-            except Exception:  # the rows stay pending: the next batch or search retries
-                log.exception("search index: indexing the pending rows failed")
+
+    def _quiet(self) -> bool:
+        """The indexer thread: wait until the store's appends have paused for
+        ``QUIET_S``; False when the store stops the thread instead."""
+        while not self._indexer_stop:
+            quiet = time.monotonic() - self._last_append
+            if quiet >= QUIET_S:
+                return True
+            time.sleep(QUIET_S - quiet)
+        return False
+
+    def _appending(self) -> bool:
+        """Whether the indexer thread stops after its batch: an append came within
+        ``QUIET_S``, or the store stops the thread."""
+        return self._indexer_stop or time.monotonic() - self._last_append < QUIET_S
 
     def _stop_indexer(self) -> None:
         """Stop the indexer thread (after its current transaction)."""
