@@ -156,6 +156,19 @@ def _ours_add(store: Any, session_id: str) -> Add:
     return lambda role, text: store.append(session_id, [_message(role, text)])
 
 
+def _pay_for_the_index(store: Any, everything: bool) -> None:
+    """SQLite's search index, paid inside ours' timed turn: the rows its indexer thread
+    was woken for (``FLUSH_AT`` or more left), and at the round's end (``everything``)
+    every row left. The thread indexes when the store's appends pause, which here is
+    while the other libraries take their turns: without this, that work would be timed
+    as theirs, and ours would not pay for the index at all."""
+    from chathistory.stores import sqlite_search
+
+    if getattr(store, "search_indexed", False) and (
+            everything or store._pending_count >= sqlite_search.FLUSH_AT):
+        store._flush_pending()
+
+
 def _build_note(batch: Sequence[Pair]) -> str:
     """What building and o200k-counting chathistory's messages costs, measured apart."""
     from chathistory.tokens import cached_count
@@ -372,7 +385,12 @@ def sqlite_full(messages: Sequence[Pair], s: Settings, tmp: Path,
 
         store = open_store(f"sqlite:///{tmp / f'ours-{r}.db'}?synchronous=FULL")
         assert store.synchronous == "FULL"
-        return _adds(batch, _each(_ours_add(store, "s"))), store.close
+        add = _adds(batch, _each(_ours_add(store, "s")))
+
+        def step(lo: int, hi: int) -> None:
+            add(lo, hi)
+            _pay_for_the_index(store, everything=hi == n)
+        return step, store.close
 
     def agents(r: int) -> Opened:
         from agents import SQLiteSession
