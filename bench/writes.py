@@ -65,6 +65,7 @@ from .stores import (
     _flush_prefix,
     _langchain_message,
     _message,
+    _pay_for_the_index,
     _us,
     _x,
 )
@@ -154,19 +155,6 @@ def _ours_add(store: Any, session_id: str) -> Add:
     """Appends to a new session of a chathistory store (created untimed, here)."""
     store.create_session(session_id)
     return lambda role, text: store.append(session_id, [_message(role, text)])
-
-
-def _pay_for_the_index(store: Any, everything: bool) -> None:
-    """SQLite's search index, paid inside ours' timed turn: the rows its indexer thread
-    was woken for (``FLUSH_AT`` or more left), and at the round's end (``everything``)
-    every row left. The thread indexes when the store's appends pause, which here is
-    while the other libraries take their turns: without this, that work would be timed
-    as theirs, and ours would not pay for the index at all."""
-    from chathistory.stores import sqlite_search
-
-    if getattr(store, "search_indexed", False) and (
-            everything or store._pending_count >= sqlite_search.FLUSH_AT):
-        store._flush_pending()
 
 
 def _build_note(batch: Sequence[Pair]) -> str:
