@@ -89,8 +89,8 @@ def row_words(data: bytes) -> str:
     """What ``messages.words`` holds for a stored message: the distinct words of
     ``search.indexed_words``, each cut to ``WORD_CHARS`` characters, in the order they
     first occur; past ``WORDS_CHARS``, those that occur first. (``array_to_tsvector``
-    sorts them, in C: sorted here, with a set, they cost the appending thread 12 us more
-    a ShareGPT message, 20 against 14.5.)"""
+    sorts them, in C. Distinct and sorted here, with a set, they took 19.7 against 14.5
+    us a ShareGPT message in a loop; inside appends the two read the same.)"""
     found = dict.fromkeys(indexed_words(data))
     if max(map(len, found), default=0) > WORD_CHARS:
         found = dict.fromkeys(w[:WORD_CHARS] for w in found)
