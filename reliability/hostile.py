@@ -641,19 +641,15 @@ def run(quick: bool = False, only: set[tuple[str, str]] | None = None) -> list[R
     with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
         workdir = Path(tmp)
         sessions = 5_000 if quick else 50_000
-        sqlite = [name for name in ("trickling imports", "9 MB appends",
-                                    "amplification, counter names", "search scans")
-                  if wanted(name, "sqlite")]
+        attacks: dict[str, Callable[[Served], Result]] = {
+            "trickling imports": lambda s: trickle(s, "sqlite", hold),
+            "9 MB appends": lambda s: big_appends(s, "sqlite", seconds),
+            "amplification, counter names": lambda s: amplification(s, "sqlite", seconds),
+            "search scans": lambda s: scan(s, "sqlite", sessions, seconds)}
+        sqlite = [attack for name, attack in attacks.items() if wanted(name, "sqlite")]
         if sqlite:
             with served(f"sqlite:///{workdir}/h.db", workdir, seed_sessions(sessions)) as s:
-                if "trickling imports" in sqlite:
-                    results.append(trickle(s, "sqlite", hold))
-                if "9 MB appends" in sqlite:
-                    results.append(big_appends(s, "sqlite", seconds))
-                if "amplification, counter names" in sqlite:
-                    results.append(amplification(s, "sqlite", seconds))
-                if "search scans" in sqlite:
-                    results.append(scan(s, "sqlite", sessions, seconds))
+                results.extend(attack(s) for attack in sqlite)
         why = postgres_reachable()
         if not wanted("store down", "postgres"):
             pass

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .wire import Direct
+from .wire import Direct, run_script
 
 __all__ = ["ScriptCombiner"]
 
@@ -122,7 +121,6 @@ class ScriptCombiner:
 
     def _one(self, c: _Call) -> None:
         try:
-            c.value = (self._script(keys=c.keys, args=c.args) if self._direct is None
-                       else self._direct.script(self._script, c.keys, c.args))
+            c.value = run_script(self._direct, self._script, c.keys, c.args)
         except BaseException as exc:
             c.error = exc

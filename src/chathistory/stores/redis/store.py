@@ -33,7 +33,7 @@ from .keys import (
     unpack_row,
 )
 from .search import RedisSearch
-from .wire import Direct
+from .wire import Direct, run_script
 
 __all__ = ["RedisStore"]
 
@@ -517,9 +517,7 @@ class RedisStore(RedisSearch, BaseStore):
     def _scripted(self, script: Any, keys: list[Any], args: list[Any]) -> Any:
         """``script(keys=keys, args=args)``, past redis-py's dispatch on one node
         (``wire.Direct``; a server that lost the script gets it from the ``Script``)."""
-        if self._direct is None:
-            return script(keys=keys, args=args)
-        return self._direct.script(script, keys, args)
+        return run_script(self._direct, script, keys, args)
 
     def _hmget(self, key: str, fields: list[str]) -> list[Any]:
         """``HMGET``, past redis-py's dispatch on one node (``wire.Direct``)."""

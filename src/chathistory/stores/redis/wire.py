@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["Direct"]
+__all__ = ["Direct", "run_script"]
 
 
 class Direct:
@@ -131,3 +131,12 @@ class Direct:
         """Give every connection of the stack back to the pool."""
         while self._stack:
             self.pool.release(self._stack.pop())
+
+
+def run_script(direct: Direct | None, script: Any, keys: Sequence[Any], args: Sequence[Any]
+               ) -> Any:
+    """``script(keys=keys, args=args)``, past redis-py's dispatch through ``direct``
+    when there is one (``Direct.script``), else through the client."""
+    if direct is None:
+        return script(keys=keys, args=args)
+    return direct.script(script, keys, args)
