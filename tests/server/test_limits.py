@@ -116,6 +116,44 @@ def test_a_body_in_pieces_within_the_idle_time_is_read_whole(served_sqlite: Serv
         assert texts == ["one", "two"]
 
 
+def test_a_body_already_whole_is_read_without_the_idle_timer(
+        served_sqlite: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection marks a request whose whole body came with it, and reading that
+    body sets no timer; a body still arriving is read under the timer, chunk by chunk."""
+    real = wire.asyncio.timeout
+    timers: list[float | None] = []
+
+    def counting(delay: float | None) -> object:
+        if delay == wire.BODY_IDLE_SECONDS:
+            timers.append(delay)
+        return real(delay)
+
+    monkeypatch.setattr(wire.asyncio, "timeout", counting)
+    body = json.dumps({"messages": messages("whole")}).encode()
+    with served_sqlite.client("A") as a:
+        sid = served_sqlite.new_session(a)
+        head = (f"POST /v1/sessions/{sid}/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {served_sqlite.keys['A']}\r\n"
+                "Content-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+        with socket.create_connection(("127.0.0.1", served_sqlite.server.port),
+                                      timeout=10) as sock:
+            timers.clear()  # (the session's creation, by httpx, may have used one)
+            sock.sendall(head + body)  # as http.client sends a small body: in one write
+            got = b""
+            while chunk := sock.recv(65536):
+                got += chunk
+        assert got.startswith(b"HTTP/1.1 200 "), got
+        assert timers == []
+        later = json.dumps({"messages": messages("in pieces")}).encode()
+        got = _raw_append(served_sqlite, sid, [later[:10], later[10:]], 0.2)
+        assert got.startswith(b"HTTP/1.1 200 "), got
+        assert timers, "a body still arriving is read under the idle timer"
+        texts = [m["parts"][0]["text"] for m in a.get(f"/v1/sessions/{sid}/messages",
+                                                        params={"tail": 10}).json()["messages"]]
+        assert texts == ["whole", "in pieces"]
+
+
 def test_a_body_that_stops_is_408_and_nothing_is_stored(
         served_sqlite: Served, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(wire, "BODY_IDLE_SECONDS", 0.3)

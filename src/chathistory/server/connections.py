@@ -37,12 +37,14 @@ import resource
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import msgspec
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
+
+from .wire import BODY_COMPLETE
 
 __all__ = ["LIMITS", "Connection", "ConnectionLimits", "configure", "default_max_connections",
            "server_options"]
@@ -330,6 +332,8 @@ class Connection(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         if not self.refused:
             super().on_message_complete()
+            # (read_body no longer needs its timer; the scope is a dict ASGI extends)
+            cast(dict[str, Any], self.scope)[BODY_COMPLETE] = True
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
