@@ -329,6 +329,8 @@ def if_match(request: Request) -> int | None:
 def query_str(request: Request, name: str) -> str | None:
     """The value of a query parameter that may be given once (given twice is ambiguous:
     a 400 naming it, never one of the values picked silently)."""
+    if not request.scope.get("query_string"):  # none (most appends): nothing to parse
+        return None
     values = request.query_params.getlist(name)
     if len(values) > 1:
         raise BadRequest(f"query parameter {name} is given {len(values)} times; give it once")
