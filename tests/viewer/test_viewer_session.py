@@ -350,6 +350,9 @@ def test_a_planned_window_is_kept_beside_the_preview(open_page: Any, site: Any) 
     # the planned window is what the timeline marks until a budget is picked
     assert page.locator(".budget-input").input_value() == str(state["max_tokens"])
     marked = "[...document.querySelectorAll('.msg.in-window')].map(e => e.dataset.id)"
+    # the timeline's messages come by a request of their own, which the panel does not
+    # wait for: wait for them (without it the check raced them, 2 runs in 10)
+    page.wait_for_function(f"{marked}.length >= {len(layout)}")
     assert page.evaluate(marked) == layout
     assert "Pick a budget" in panel.locator(".window-says").inner_text()
     panel.locator(".preset[data-tokens='32000']").click()
