@@ -55,7 +55,7 @@ from typing import Any
 
 from . import data
 from .foundation import _verdict, environment, print_table
-from .stores import PG_URL, REDIS_URL, RESULTS, _us
+from .stores import PG_URL, REDIS_URL, RESULTS, _pay_for_the_index, _us
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "chathistory" / "stores"
 CACHE = RESULTS / "search-data"
@@ -398,8 +398,7 @@ def append_costs(stores: dict[str, Any], source: Corpus, s: Settings) -> dict[st
         started = time.perf_counter()
         for role, text in texts:  # built in the loop: the store counts each, as it does
             store.append(session_id, [_message(role, text)], tenant=APPEND_TENANT)
-        if getattr(store, "search_indexed", False) and hasattr(store, "_flush_pending"):
-            store._flush_pending()  # SQLite: index what the round left pending, timed
+        _pay_for_the_index(store, everything=True)  # SQLite: what the round left, timed
         return [(time.perf_counter() - started) / len(texts)]
 
     return _median_by_store(stores, s.append_rounds, "a", run)

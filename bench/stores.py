@@ -162,11 +162,13 @@ def _pay_for_the_index(store: Any, everything: bool) -> None:
     was woken for (``FLUSH_AT`` or more left), and at the round's end (``everything``)
     every row left. The thread indexes when the store's appends pause, which here is
     while the other libraries take their turns: without this, that work would be timed
-    as theirs, and ours would not pay for the index at all."""
+    as theirs, and ours would not pay for the index at all. (Other stores index in the
+    append itself: nothing is left to pay.)"""
     from chathistory.stores import sqlite_search
 
-    if getattr(store, "search_indexed", False) and (
-            everything or store._pending_count >= sqlite_search.FLUSH_AT):
+    if not getattr(store, "search_indexed", False) or not hasattr(store, "_flush_pending"):
+        return
+    if everything or store._pending_count >= sqlite_search.FLUSH_AT:
         store._flush_pending()
 
 
