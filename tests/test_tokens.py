@@ -75,8 +75,10 @@ def test_bpe_openai_matches_tiktoken_built_from_the_same_tables(
         enc = tiktoken.Encoding(name=spec["name"], pat_str=spec["pat_str"],
                                 mergeable_ranks=ranks, special_tokens=spec["special_tokens"])
         ours = EncodingCounter(name)
+        fallback = tokens._bpe_openai_count(name)
         for text in texts:
-            assert ours.count_text(text) == len(enc.encode_ordinary(text)), (name, text)
+            expected = len(enc.encode_ordinary(text))
+            assert ours.count_text(text) == expected == fallback(text), (name, text)
 
 
 _SHARED_TEXTS = st.lists(
@@ -84,6 +86,73 @@ _SHARED_TEXTS = st.lists(
         ["<|endoftext|>", "'s", " ", "  ", "\n", "\r\n", "\t", "é", "日本", "🎉", "123456",
          "ǅ", "Hello", "WORLD", "naïve", "def f(x):"]),
     max_size=60).map("".join)
+
+
+@pytest.fixture
+def holding_the_gil(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counters made in the test count as where fastokens is not installed
+    (``bpe-openai``, which holds the GIL: the path that shares counts)."""
+    monkeypatch.setattr(tokens, "_fastokens_count", lambda encoding: None)
+
+
+@pytest.fixture(scope="module")
+def fastokens_counts() -> dict[str, Any]:
+    pytest.importorskip("fastokens")
+    return {name: tokens._fastokens_count(name) for name in ("o200k_base", "cl100k_base")}
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=_SHARED_TEXTS, name=st.sampled_from(["o200k_base", "cl100k_base"]))
+def test_fastokens_counts_as_bpe_openai_does(
+        fastokens_counts: dict[str, Any], text: str, name: str) -> None:
+    """fastokens, built from bpe-openai's tables with tiktoken's split pattern, counts
+    what bpe-openai counts (and so tiktoken: the test above), special-token text
+    included."""
+    assert fastokens_counts[name](text) == tokens._bpe_openai_count(name)(text)
+
+
+def test_fastokens_counts_long_texts_as_bpe_openai_does(
+        fastokens_counts: dict[str, Any]) -> None:
+    """Long texts too (fastokens cuts a long input across threads; a release of it
+    once cut o200k's pieces wrongly there): texts of 64 KB to 1 MB of varied
+    pieces, joined in different ways."""
+    import random
+    pieces = ["Hello, world!", " naïve café", "日本語のテキスト", "def f(x):\n    return x",
+              "   ", "\n\n", "'s 're", "12345678", "🎉🎉", "<|endoftext|>", "ǅemal", "\t\t"]
+    rng = random.Random(5)
+    for size in (64_000, 256_000, 1_000_000):
+        text = "".join(rng.choice(pieces) + rng.choice(["", " ", "\n"])
+                       for _ in range(size // 8))
+        for name in ("o200k_base", "cl100k_base"):
+            assert fastokens_counts[name](text) == tokens._bpe_openai_count(name)(text)
+
+
+def test_a_thread_counting_alone_counts_with_fastokens(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    pytest.importorskip("fastokens")
+    monkeypatch.setattr(tokens, "_sharing", True)  # a server made in another test
+    counter = EncodingCounter("o200k_base")
+    assert counter.count_text("hello world") == 2
+    assert counter._fast is tokens._fastokens_count("o200k_base")
+    assert counter._count is None  # bpe-openai never loaded
+
+
+def test_without_fastokens_the_counter_counts_with_bpe_openai(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+    real_import = builtins.__import__
+
+    def no_fastokens(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "fastokens" or name.startswith("fastokens."):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", no_fastokens)
+    monkeypatch.setattr(tokens, "_fastokens_count", tokens._fastokens_count.__wrapped__)
+    assert tokens._fastokens_count("o200k_base") is None
+    monkeypatch.setattr(tokens, "_sharing", True)
+    counter = EncodingCounter("o200k_base")
+    assert counter.count_text("hello world") == 2
+    assert counter._fast is None and counter._count is not None
 
 
 @pytest.fixture(scope="module")
@@ -124,10 +193,10 @@ def _two_threads_take_turns(counter: EncodingCounter, text: str) -> list[int]:
 
 @pytest.mark.parametrize("sharing", [True, False])
 def test_counts_are_shared_only_while_threads_count_at_once(
-        monkeypatch: pytest.MonkeyPatch, sharing: bool) -> None:
-    """One thread counting: bpe-openai always. Two threads taking turns within the
-    window: the shared counter (tiktoken), the same counts; unless ``share_counts``
-    turned that off (the server does)."""
+        monkeypatch: pytest.MonkeyPatch, holding_the_gil: None, sharing: bool) -> None:
+    """Where fastokens is not installed. One thread counting: bpe-openai always. Two
+    threads taking turns within the window: the shared counter (tiktoken), the same
+    counts; unless ``share_counts`` turned that off (the server does)."""
     monkeypatch.setattr(tokens, "_sharing", True)
     tokens.share_counts(sharing)
     monkeypatch.setattr(tokens, "SHARED_WINDOW", 60.0)  # a slow machine still takes turns
@@ -341,3 +410,34 @@ def test_a_text_past_offload_chars_goes_to_the_offload_whether_counts_are_shared
     assert counter.count_text(text) == 7
     assert offloaded == [("o200k_base", len(text))]
     assert counter.count_text("hello world") == 2 and len(offloaded) == 1
+
+
+def test_threads_counting_at_once_hold_the_gil_and_one_alone_does_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """fastokens lets the GIL go for each count; with threads counting at once that
+    handover cost more than the count (8 threads appending measured no better with it),
+    so they count as without it: bpe-openai (or tiktoken, shared, for long texts). A
+    thread alone counts with fastokens, and again once the others have stopped."""
+    pytest.importorskip("fastokens")
+    monkeypatch.setattr(tokens, "_sharing", True)
+    monkeypatch.setattr(tokens, "SHARED_WINDOW", 60.0)
+    counter = EncodingCounter("o200k_base")
+    used: list[str] = []
+
+    def spy(name: str, count: Any) -> Any:
+        def counting(text: str) -> int:
+            used.append(name)
+            return int(count(text))
+        return counting
+    counter._fast = spy("fast", tokens._fastokens_count("o200k_base"))
+    counter._fast_asked = True
+    counter._count = spy("held", tokens._bpe_openai_count("o200k_base"))
+    counter._shared_asked = True  # as without tiktoken: long texts stay bpe-openai's
+    long = "the quick brown fox jumps over the lazy dog " * 20
+    alone = counter.count_text(long)
+    assert used == ["fast"]
+    assert _two_threads_take_turns(counter, long) == [alone] * 20
+    assert used[1:] == ["held"] * 20
+    monkeypatch.setattr(tokens, "SHARED_WINDOW", 0.0)  # the window has passed
+    counter._crowded_until = 0.0
+    assert counter.count_text(long) == alone and used[-1] == "fast"

@@ -185,6 +185,43 @@ def _bpe_openai_count(encoding: str) -> Callable[[str], int]:
     return count
 
 
+def _shipped_ranks(encoding: str) -> bytes:
+    """The ranks file of ``encoding`` (tiktoken's format) that ``bpe-openai`` ships."""
+    import gzip
+    from importlib import resources
+
+    return gzip.decompress(resources.files("bpe_openai.data")
+                           .joinpath(f"{encoding}.tiktoken.gz").read_bytes())
+
+
+@functools.cache
+def _fastokens_count(encoding: str) -> Callable[[str], int] | None:
+    """fastokens' count for ``encoding`` (its ``Tokenizer.from_tiktoken`` over the ranks
+    ``bpe-openai`` ships, with tiktoken's split pattern: the same counts, a test checks
+    them against tiktoken and ``bpe-openai``), or None where fastokens is not installed
+    (it ships wheels for Linux x86_64 and aarch64, macOS and Windows x86_64 only).
+    Built once a process (~1.5 s, about as much memory as ``bpe-openai``'s, which is
+    then never loaded)."""
+    try:
+        import fastokens  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    import os
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix=f"chathistory-{encoding}-", suffix=".tiktoken")
+    try:  # fastokens reads the ranks from a file only
+        with os.fdopen(fd, "wb") as f:
+            f.write(_shipped_ranks(encoding))
+        encode = fastokens.Tokenizer.from_tiktoken(path, encoding=encoding).encode_ordinary
+    finally:
+        os.unlink(path)
+
+    def count(text: str) -> int:
+        return len(encode(text))
+    return count
+
+
 @functools.cache
 def _tiktoken_count(encoding: str) -> Callable[[str], int] | None:
     """tiktoken's count for ``encoding`` built from the tables ``bpe-openai`` ships
@@ -201,11 +238,8 @@ def _tiktoken_count(encoding: str) -> Callable[[str], int] | None:
     if "load_tiktoken_bpe" not in maker.__code__.co_names:
         return None  # a tiktoken that loads its tables otherwise: never download them
     import base64
-    import gzip
-    from importlib import resources
 
-    raw = gzip.decompress(resources.files("bpe_openai.data")
-                          .joinpath(f"{encoding}.tiktoken.gz").read_bytes())
+    raw = _shipped_ranks(encoding)
     ranks = {base64.b64decode(token): int(rank)
              for token, rank in (line.split() for line in raw.splitlines() if line)}
     offline = types.FunctionType(maker.__code__, {
@@ -230,10 +264,12 @@ _sharing = True
 
 
 def share_counts(enabled: bool) -> None:
-    """Whether ``EncodingCounter`` counts with tiktoken while threads count at once
-    (on by default, when tiktoken is installed; see ``EncodingCounter``). Off, every
-    count is ``bpe-openai``'s and tiktoken is never built (some 80 MB a process): the
-    server turns it off, since its workers are processes, one per CPU."""
+    """Whether ``EncodingCounter`` picks its tokenizer by the threads counting (on by
+    default: fastokens for a thread alone, tiktoken for long texts while threads count
+    at once; see ``EncodingCounter``). Off, every count is ``bpe-openai``'s, and neither
+    fastokens nor tiktoken is built (some 136 and 80 MB a process): the server turns it
+    off, since its workers are processes, one per CPU, whose threads count at once
+    whenever the server is busy."""
     global _sharing
     _sharing = enabled
 
@@ -241,17 +277,23 @@ def share_counts(enabled: bool) -> None:
 class EncodingCounter(ChatCounter):
     """Exact, offline counts for an OpenAI encoding (``o200k_base``, ``cl100k_base``).
 
-    Counts with ``bpe-openai`` and the tables it ships: the same ranks and split
-    pattern as tiktoken, so the same counts (a test checks them against tiktoken
-    built from those tables), and faster: 31 us against tiktoken's 41 us per
-    ShareGPT message, one thread, this 2-core machine. But ``bpe-openai`` holds the
-    GIL while it counts, and tiktoken does not: when threads count at once (a text
-    of ``SHARED_CHARS`` or more, another thread's count less than ``SHARED_WINDOW``
-    before) and tiktoken is installed (``chathistory[tiktoken]``; it is loaded in
-    the background at the first such count, ~0.5 s, ``bpe-openai`` counting until
-    then), tiktoken counts: 8 threads appending to one store made 10-15% more
-    appends a second so (docs/tokens.md), for some 80 MB more memory in the process
-    (``share_counts(False)`` turns this off).
+    Every count is tiktoken's (the ranks and split pattern it uses, from the tables
+    ``bpe-openai`` ships; tests check the three tokenizers below against tiktoken built
+    from them). Which tokenizer counts depends on the threads:
+
+    - a thread counting alone: fastokens, 3.5-5 us per ShareGPT message against
+      ``bpe-openai``'s 28-31 and tiktoken's 41-53 (one thread, this 2-core machine);
+      where fastokens is not installed, ``bpe-openai``;
+    - threads counting at once (a count less than ``SHARED_WINDOW`` after another
+      thread's, and every count for ``SHARED_WINDOW`` after such a one): ``bpe-openai``,
+      which holds the GIL while it counts. fastokens and tiktoken let it go for the
+      count, and a short count then costs its thread more to take the GIL back than
+      it saved; a text of ``SHARED_CHARS`` or more is counted by tiktoken when it is
+      installed (``chathistory[tiktoken]``; loaded in the background at the first such
+      count, ~0.5 s, ``bpe-openai`` counting until then): 8 threads appending to one
+      store made 10-15% more appends a second so (docs/tokens.md), for some 80 MB more
+      memory in the process (``share_counts(False)`` turns this off).
+
     Special-token text such as ``<|endoftext|>`` inside a message is counted as
     ordinary text, as it is for user input.
     """
@@ -262,7 +304,11 @@ class EncodingCounter(ChatCounter):
         self.encoding = encoding
         self.name = encoding if image_formula == "openai" else f"{encoding}+{image_formula}"
         self.image_formula = image_formula
-        self._count: Callable[[str], int] | None = None  # loaded on first use (~0.4 s)
+        self._count: Callable[[str], int] | None = None  # bpe-openai, on first use (~0.8 s)
+        # fastokens' count, for a thread counting alone (None: not loaded, or no
+        # fastokens); loaded at the first such count (~1.5 s)
+        self._fast: Callable[[str], int] | None = None
+        self._fast_asked = False
         # tiktoken's count, for texts counted while other threads count (None: not
         # loaded, or no tiktoken); loaded once, in a thread of its own
         self._shared: Callable[[str], int] | None = None
@@ -270,10 +316,16 @@ class EncodingCounter(ChatCounter):
         self._shared_lock = threading.Lock()
         self._last_thread = 0
         self._last_at = 0.0
+        self._crowded_until = 0.0
 
     def _load(self) -> Callable[[str], int]:
         self._count = count = _bpe_openai_count(self.encoding)
         return count
+
+    def _load_fast(self) -> Callable[[str], int] | None:
+        self._fast_asked = True
+        self._fast = fast = _fastokens_count(self.encoding)
+        return fast
 
     def load_shared(self) -> bool:
         """Build the count that threads counting at once use (tiktoken's) now, rather
@@ -296,20 +348,33 @@ class EncodingCounter(ChatCounter):
         threading.Thread(target=self.load_shared, name="chathistory-tiktoken",
                          daemon=True).start()
 
+    def _crowded(self) -> bool:
+        """Whether threads count at once: this count follows another thread's by less
+        than ``SHARED_WINDOW``, or such a count came less than ``SHARED_WINDOW`` ago."""
+        me, now = threading.get_ident(), time.monotonic()
+        if me != self._last_thread:
+            if now - self._last_at < SHARED_WINDOW:
+                self._crowded_until = now + SHARED_WINDOW
+            self._last_thread = me
+        self._last_at = now
+        return now < self._crowded_until
+
     def count_text(self, text: str) -> int:
         if not text:
             return 0
         if len(text) > OFFLOAD_CHARS and _offload is not None:
             return _offload(self.encoding, text)
-        if len(text) >= SHARED_CHARS and _sharing:
-            me, now = threading.get_ident(), time.monotonic()
-            shared = me != self._last_thread and now - self._last_at < SHARED_WINDOW
-            self._last_thread, self._last_at = me, now
-            if shared:
-                if self._shared is not None:
-                    return self._shared(text)
-                if not self._shared_asked:
-                    self._load_shared_later()
+        if not _sharing:
+            pass
+        elif not self._crowded():
+            fast = self._fast if self._fast_asked else self._load_fast()
+            if fast is not None:
+                return fast(text)
+        elif len(text) >= SHARED_CHARS:
+            if self._shared is not None:
+                return self._shared(text)
+            if not self._shared_asked:
+                self._load_shared_later()
         count = self._count or self._load()
         return count(text)
 
@@ -322,10 +387,11 @@ _local_counters: dict[str, EncodingCounter] = {}
 
 def offload_large_texts(count: Callable[[str, str], int] | None) -> None:
     """Count every text over ``OFFLOAD_CHARS`` characters with ``count(encoding, text)``
-    instead of in the calling thread (None: in the calling thread again). The tokenizers
-    hold the GIL while they count (about 60 ms per MB), which would stall every other
-    thread of the process; the server passes a function that counts in a process pool
-    (``count_here`` there) and waits without the GIL."""
+    instead of in the calling thread (None: in the calling thread again). bpe-openai
+    holds the GIL while it counts (about 60 ms per MB), which would stall every other
+    thread of the process, and fastokens (about 23 ms per MB, without the GIL) still
+    takes the calling thread that long; the server passes a function that counts in a
+    process pool (``count_here`` there) and waits without the GIL."""
     global _offload
     _offload = count
 
@@ -336,7 +402,8 @@ def count_here(encoding: str, text: str) -> int:
     counter = _local_counters.get(encoding)
     if counter is None:
         counter = _local_counters[encoding] = EncodingCounter(encoding)
-    count = counter._count or counter._load()
+    count = (counter._fast if counter._fast_asked else counter._load_fast()) \
+        or counter._count or counter._load()
     return count(text)
 
 

@@ -216,9 +216,9 @@ def _state(pid: int) -> str:
 
 def test_the_server_counts_without_tiktoken_threads(monkeypatch: pytest.MonkeyPatch,
                                                     tmp_path: object) -> None:
-    """The workers are processes, one per CPU: the server turns tiktoken's shared counts
-    off (``tokens.share_counts``), and a long text counted by two threads in turn is
-    bpe-openai's."""
+    """The workers are processes, one per CPU: the server turns the choice of tokenizer
+    off (``tokens.share_counts``): a thread alone and a long text counted by two
+    threads in turn are both bpe-openai's (neither fastokens nor tiktoken is built)."""
     from chathistory import tokens
     from chathistory.server.app import create_app
     from chathistory.stores import MemoryStore
@@ -228,6 +228,8 @@ def test_the_server_counts_without_tiktoken_threads(monkeypatch: pytest.MonkeyPa
     create_app(MemoryStore(), asset_dir=tmp_path)  # type: ignore[arg-type]
     assert tokens._sharing is False
     counter = EncodingCounter("o200k_base")
+    assert counter.count_text("hello world") == 2
+    assert counter._fast_asked is False and counter._count is not None
     shared: list[str] = []
     counter._shared, counter._shared_asked = shared.append, True  # type: ignore[assignment]
     text = "word " * 200
