@@ -441,3 +441,26 @@ def test_threads_counting_at_once_hold_the_gil_and_one_alone_does_not(
     monkeypatch.setattr(tokens, "SHARED_WINDOW", 0.0)  # the window has passed
     counter._crowded_until = 0.0
     assert counter.count_text(long) == alone and used[-1] == "fast"
+
+
+def test_fastokens_counts_the_same_from_threads_at_once(
+        fastokens_counts: dict[str, Any]) -> None:
+    """One tokenizer, counting from four threads at once (a counter's threads share it):
+    every count the one it gives alone, long texts (cut across its own threads) too."""
+    import random
+    rng = random.Random(11)
+    pieces = ["Hello, world!", " naïve", "日本語", "def f(x):\n", "  ", "'s", "1234", "🎉"]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.choice([5, 200, 20_000])))
+             for _ in range(40)]
+    count = fastokens_counts["o200k_base"]
+    alone = [count(t) for t in texts]
+    found: list[list[int]] = [[] for _ in range(4)]
+
+    def counting(me: int) -> None:
+        found[me] = [count(t) for t in texts]
+    threads = [threading.Thread(target=counting, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert found == [alone] * 4
