@@ -225,8 +225,10 @@ def test_the_server_counts_without_tiktoken_threads(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(tokens, "_sharing", True)
     monkeypatch.setattr(tokens, "SHARED_WINDOW", 60.0)
-    create_app(MemoryStore(), asset_dir=tmp_path)  # type: ignore[arg-type]
+    warmed = EncodingCounter("o200k_base")  # not the process's shared counter
+    create_app(MemoryStore(warmed), asset_dir=tmp_path)  # type: ignore[arg-type]
     assert tokens._sharing is False
+    assert warmed._count is not None and warmed._fast_asked is False  # bpe-openai only
     counter = EncodingCounter("o200k_base")
     assert counter.count_text("hello world") == 2
     assert counter._fast_asked is False and counter._count is not None

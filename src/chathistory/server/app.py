@@ -445,12 +445,12 @@ def create_app(store: Store, *, keys_required: bool = False,
 
     service = Service(store, keys_required=keys_required, asset_dir=asset_dir,
                       limits=limits or Limits(), key_cache_seconds=key_cache_seconds)
-    store.counter.count_text("warm up")  # loads a tokenizer's tables now, not on a request
     # counts stay bpe-openai's (tokens.share_counts): tiktoken's lets a process's other
     # threads run while one counts, but the workers are processes, one per CPU (no more
     # appends a second measured, bench service), and fastokens' is for a thread counting
     # alone, which a busy worker's are not; each would cost a worker 80-136 MB more
     share_counts(False)
+    store.counter.count_text("warm up")  # loads the tokenizer's tables now, not on a request
     start_processes()  # long texts are counted there: the tokenizers hold the GIL
     # a worker thread in Python code gives the GIL up after this long: the loop waits at
     # most that long for it (Python's default, 5 ms, adds up over a request's steps)
