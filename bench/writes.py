@@ -73,6 +73,9 @@ from .stores import (
 PEER_LIMIT = 1.0  # ours / best peer, at most (at or ahead)
 FLOOR_LIMIT = 1.5  # ours / floor, at most (single-writer cells)
 THREADS = 8
+OFF_NAME = "chathistory, search=off"
+"""Ours without the search index: a contender of kind ``info``, timed in turn with the
+others and printed, never judged."""
 CELLS = ("sqlite_full", "pg_append", "pg_threads", "redis_tail", "redis_threads")
 TAIL_N = 20
 LOAD_BATCH = 1000
@@ -114,7 +117,7 @@ class Contender:
     in turns with the other libraries' steps."""
 
     name: str
-    kind: str  # "ours", "peer" or "floor"
+    kind: str  # "ours", "peer", "floor" or "info" (timed and printed, never judged)
     note: str
     open: Callable[[int], Opened]
     samples: list[float] = field(default_factory=list)
@@ -309,8 +312,11 @@ class Cell:
         if self.single_writer:
             checks.append(None if vs_floor is None else vs_floor <= FLOOR_LIMIT)
         passed = None if None in checks else all(checks)
+        off = [c.median for c in self.of("info") if c.median is not None]
+        vs_peer_off = None if not off or not peers else off[0] / min(peers)
         return {"ours_over_best_peer": vs_peer, "ours_over_floor": vs_floor,
-                "floor_judged": self.single_writer, "passed": passed}
+                "floor_judged": self.single_writer, "passed": passed,
+                "search_off_over_best_peer": vs_peer_off}
 
     def show(self, value: float | None) -> str:
         if value is None:
@@ -380,6 +386,12 @@ def sqlite_full(messages: Sequence[Pair], s: Settings, tmp: Path,
             _pay_for_the_index(store, everything=hi == n)
         return step, store.close
 
+    def ours_off(r: int) -> Opened:
+        from chathistory.stores import open_store
+
+        store = open_store(f"sqlite:///{tmp / f'ours-off-{r}.db'}?synchronous=FULL&search=off")
+        return _adds(batch, _each(_ours_add(store, "s"))), store.close
+
     def agents(r: int) -> Opened:
         from agents import SQLiteSession
 
@@ -414,6 +426,8 @@ def sqlite_full(messages: Sequence[Pair], s: Settings, tmp: Path,
              f"({n:,} messages per run)")
     return _cell("sqlite_full", title, "msg", True, n, [
         ("chathistory SQLiteStore", "ours", "sqlite:///...?synchronous=FULL (WAL)", ours),
+        (OFF_NAME, "info", "?synchronous=FULL&search=off: no search index (not judged)",
+         ours_off),
         ("OpenAI Agents SQLiteSession", "peer", "file db, await add_items([item])", agents),
         ("raw sqlite3", "floor", "BEGIN; INSERT; COMMIT, WAL, synchronous=FULL", raw)], notes)
 
@@ -436,10 +450,14 @@ class PgCell:
         self.schema = f"bench_w_{uuid.uuid4().hex[:10]}"
         self.url = f"{PG_URL}?options=-csearch_path%3D{self.schema}"
         self.store: Any = None
+        self.store_off: Any = None  # ours without the search index (for information)
         self.held: list[Any] = []  # the peers' and the floor's connections
         self._lc_tables = False
         try:
             self.store = open_store(f"{PG_URL}?schema={self.schema}")
+            self.store_off = open_store(f"{PG_URL}?schema={self.schema}_off&search=off")
+            self.store_off.create_session("warm")
+            self.store_off.append("warm", [_message("user", "hello")])
             with psycopg.connect(self.url, autocommit=True) as conn:
                 conn.execute(f"CREATE TABLE {self.RAW_TABLE} (session text NOT NULL, "
                              "seq bigint NOT NULL, data bytea NOT NULL, "
@@ -474,10 +492,12 @@ class PgCell:
         try:
             for conn in self.held:
                 conn.close()
-            if self.store is not None:
-                self.store.close()
+            for store in (self.store, self.store_off):
+                if store is not None:
+                    store.close()
         finally:
             _drop_schema(self.schema)
+            _drop_schema(f"{self.schema}_off")
 
     def raw_add(self, conn: Any, session_id: str) -> Add:
         """The floor: one INSERT of the message's JSON (``conn`` in autocommit)."""
@@ -505,6 +525,9 @@ def pg_append(messages: Sequence[Pair], s: Settings, pg: PgCell) -> Cell:
     def ours(r: int) -> Opened:
         return _adds(batch, _each(_ours_add(pg.store, f"append-{r}"))), _nothing
 
+    def ours_off(r: int) -> Opened:
+        return _adds(batch, _each(_ours_add(pg.store_off, f"append-{r}"))), _nothing
+
     def langchain(r: int) -> Opened:
         pg.lc_tables()
         return _adds(batch, _each(pg.lc_add(lc_conn))), _nothing
@@ -515,6 +538,7 @@ def pg_append(messages: Sequence[Pair], s: Settings, pg: PgCell) -> Cell:
     title = f"PostgreSQL append, one call per message ({n:,} messages per run)"
     return _cell("pg_append", title, "msg", True, n, [
         ("chathistory PostgresStore", "ours", "defaults", ours),
+        (OFF_NAME, "info", "?search=off: no search index (not judged)", ours_off),
         ("langchain-postgres PostgresChatMessageHistory", "peer",
          "add_message, sync psycopg connection (commits each call)", langchain),
         ("psycopg INSERT", "floor", "autocommit: each INSERT its own committed transaction",
@@ -533,6 +557,8 @@ def pg_threads(messages: Sequence[Pair], s: Settings, pg: PgCell) -> Cell:
     raw_conns = [pg.connect(autocommit=True) for _ in range(THREADS)]
     ours = _threaded(work, lambda tag, i: (
         _each(_ours_add(pg.store, f"threads-{tag}-{i}")), _nothing))
+    ours_off = _threaded(work, lambda tag, i: (
+        _each(_ours_add(pg.store_off, f"threads-{tag}-{i}")), _nothing))
     lc_open = _threaded(work, lambda tag, i: (_each(pg.lc_add(lc_conns[i])), _nothing))
 
     def langchain(r: int) -> Opened:
@@ -545,6 +571,7 @@ def pg_threads(messages: Sequence[Pair], s: Settings, pg: PgCell) -> Cell:
     return _cell("pg_threads", title, "msg", False, per, [
         ("chathistory PostgresStore", "ours", "one store (its pool) shared by the threads",
          ours),
+        (OFF_NAME, "info", "?search=off: no search index (not judged)", ours_off),
         ("langchain-postgres PostgresChatMessageHistory", "peer",
          "a history and a connection per thread", langchain),
         ("psycopg INSERT", "floor", "autocommit, a connection per thread", raw)],
@@ -725,18 +752,22 @@ def _summary(cells: list[Cell], results: list[dict[str, Any]],
             cell.show(floor[0].median) if floor else "-",
             _x(res["ours_over_best_peer"]),
             _x(res["ours_over_floor"]) + ("" if cell.single_writer else " (info)"),
-            _verdict(res["passed"])])
+            _verdict(res["passed"]),
+            "-" if res["search_off_over_best_peer"] is None
+            else _x(res["search_off_over_best_peer"])])
     if growth is not None:
         rows.append(["ContextWindow.plan() per turn, 64k vs 1k messages",
                      f"{growth['per_turn_seconds']['64000'] * 1e6:,.0f} us at 64k", "", "",
                      "", f"64k/1k {growth['ratio_64k_1k']:.2f}x (<= {growth['target']:g})",
-                     _verdict(growth["passed"])])
+                     _verdict(growth["passed"]), ""])
     out("")
     out("summary (medians; ratios in time per message or per call, > 1 = behind)")
     print_table(["cell", "chathistory", "peers", "floor", "ours/best peer", "ours/floor",
-                 "result"], rows, out)
+                 "result", "search=off/best peer"], rows, out)
     out(f"goal: ours/best peer <= {PEER_LIMIT:g}; ours/floor <= {FLOOR_LIMIT:g} for the "
-        "single-writer cells (the 8-thread cells' floor ratio is for information)")
+        "single-writer cells (the 8-thread cells' floor ratio is for information); "
+        "search=off/best peer: ours without the search index, for information (the "
+        "index is on by default, issue 22; its cost is bench search's)")
 
 
 def run(quick: bool = False, out: Callable[[str], None] = print,
