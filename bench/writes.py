@@ -30,6 +30,9 @@ round in the single-writer cells (50 appends, 100 reads), bursts of 1/5 in the 8
 cells (each thread appending 60 messages to a new session).
 Ratios are ours / best peer and ours / floor in time per message (or per call): > 1 is
 behind. Goal: ours / best peer <= 1, and ours / floor <= 1.5 for the single-writer cells.
+In cells 1, 2 and 4 ours also runs with ``search=off`` (no search index; kind ``info``:
+timed in the same turns, printed with its ratio to the best peer, never judged), so that
+every run shows the index's share of the cell (the index is on by default, issue 22).
 """
 
 from __future__ import annotations
