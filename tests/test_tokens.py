@@ -464,3 +464,31 @@ def test_fastokens_counts_the_same_from_threads_at_once(
     for t in threads:
         t.join()
     assert found == [alone] * 4
+
+
+def test_a_thread_alone_while_fastokens_is_built_waits_for_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second thread counting alone while the first builds fastokens waits for that
+    build rather than loading bpe-openai beside it (some 140 MB more)."""
+    pytest.importorskip("fastokens")
+    import time
+    monkeypatch.setattr(tokens, "_sharing", True)
+    monkeypatch.setattr(tokens, "SHARED_WINDOW", 0.0)  # every count is alone
+    real = tokens._fastokens_count("o200k_base")
+    built: list[str] = []
+
+    def slow_build(encoding: str) -> Any:
+        built.append(encoding)
+        time.sleep(0.3)
+        return real
+    monkeypatch.setattr(tokens, "_fastokens_count", slow_build)
+    counter = EncodingCounter("o200k_base")
+    found: list[int] = []
+    first = threading.Thread(target=lambda: found.append(counter.count_text("hello world")))
+    first.start()
+    time.sleep(0.05)
+    found.append(counter.count_text("hello world"))
+    first.join()
+    assert found == [2, 2]
+    assert built == ["o200k_base"]
+    assert counter._count is None  # bpe-openai never loaded

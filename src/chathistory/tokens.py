@@ -309,6 +309,7 @@ class EncodingCounter(ChatCounter):
         # fastokens); loaded at the first such count (~1.5 s)
         self._fast: Callable[[str], int] | None = None
         self._fast_asked = False
+        self._fast_lock = threading.Lock()
         # tiktoken's count, for texts counted while other threads count (None: not
         # loaded, or no tiktoken); loaded once, in a thread of its own
         self._shared: Callable[[str], int] | None = None
@@ -323,9 +324,14 @@ class EncodingCounter(ChatCounter):
         return count
 
     def _load_fast(self) -> Callable[[str], int] | None:
-        self._fast_asked = True
-        self._fast = fast = _fastokens_count(self.encoding)
-        return fast
+        """fastokens' count, built by the first thread that needs it while the others
+        that need it meanwhile wait (they would otherwise count with ``bpe-openai`` and
+        load it too, for the ~1.5 s of the build)."""
+        with self._fast_lock:
+            if not self._fast_asked:
+                self._fast = _fastokens_count(self.encoding)
+                self._fast_asked = True
+        return self._fast
 
     def load_shared(self) -> bool:
         """Build the count that threads counting at once use (tiktoken's) now, rather
