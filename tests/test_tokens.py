@@ -492,3 +492,21 @@ def test_a_thread_alone_while_fastokens_is_built_waits_for_it(
     assert found == [2, 2]
     assert built == ["o200k_base"]
     assert counter._count is None  # bpe-openai never loaded
+
+
+def test_where_fastokens_cannot_be_built_bpe_openai_counts(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """fastokens reads its ranks from a temporary file: with no writable temporary
+    directory (a read-only container) the counter counts with bpe-openai, and says why."""
+    pytest.importorskip("fastokens")
+    import tempfile
+
+    def no_tmp(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(30, "Read-only file system")
+    monkeypatch.setattr(tempfile, "mkstemp", no_tmp)
+    monkeypatch.setattr(tokens, "_fastokens_count", tokens._fastokens_count.__wrapped__)
+    monkeypatch.setattr(tokens, "_sharing", True)
+    counter = EncodingCounter("o200k_base")
+    assert counter.count_text("hello world") == 2
+    assert counter._fast is None and counter._count is not None
+    assert "fastokens could not be built" in caplog.text

@@ -209,13 +209,19 @@ def _fastokens_count(encoding: str) -> Callable[[str], int] | None:
     import os
     import tempfile
 
-    fd, path = tempfile.mkstemp(prefix=f"chathistory-{encoding}-", suffix=".tiktoken")
     try:  # fastokens reads the ranks from a file only
-        with os.fdopen(fd, "wb") as f:
-            f.write(_shipped_ranks(encoding))
-        encode = fastokens.Tokenizer.from_tiktoken(path, encoding=encoding).encode_ordinary
-    finally:
-        os.unlink(path)
+        fd, path = tempfile.mkstemp(prefix=f"chathistory-{encoding}-", suffix=".tiktoken")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(_shipped_ranks(encoding))
+            encode = fastokens.Tokenizer.from_tiktoken(path, encoding=encoding).encode_ordinary
+        finally:
+            os.unlink(path)
+    except Exception:  # no writable temporary directory, a fastokens that changed...
+        import logging
+        logging.getLogger("chathistory").exception(
+            "fastokens could not be built for %s: bpe-openai counts", encoding)
+        return None
 
     def count(text: str) -> int:
         return len(encode(text))
@@ -370,17 +376,16 @@ class EncodingCounter(ChatCounter):
             return 0
         if len(text) > OFFLOAD_CHARS and _offload is not None:
             return _offload(self.encoding, text)
-        if not _sharing:
-            pass
-        elif not self._crowded():
-            fast = self._fast if self._fast_asked else self._load_fast()
-            if fast is not None:
-                return fast(text)
-        elif len(text) >= SHARED_CHARS:
-            if self._shared is not None:
-                return self._shared(text)
-            if not self._shared_asked:
-                self._load_shared_later()
+        if _sharing:  # else bpe-openai, always
+            if not self._crowded():
+                fast = self._fast if self._fast_asked else self._load_fast()
+                if fast is not None:
+                    return fast(text)
+            elif len(text) >= SHARED_CHARS:
+                if self._shared is not None:
+                    return self._shared(text)
+                if not self._shared_asked:
+                    self._load_shared_later()
         count = self._count or self._load()
         return count(text)
 
