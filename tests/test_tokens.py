@@ -88,6 +88,19 @@ _SHARED_TEXTS = st.lists(
     max_size=60).map("".join)
 
 
+def _hide_imports(monkeypatch: pytest.MonkeyPatch, *packages: str) -> None:
+    """Importing any of ``packages`` (or a module in one) raises ImportError, as where
+    they are not installed."""
+    import builtins
+    real_import = builtins.__import__
+
+    def hidden(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.split(".")[0] in packages:
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", hidden)
+
+
 @pytest.fixture
 def holding_the_gil(monkeypatch: pytest.MonkeyPatch) -> None:
     """Counters made in the test count as where fastokens is not installed
@@ -139,14 +152,7 @@ def test_a_thread_counting_alone_counts_with_fastokens(monkeypatch: pytest.Monke
 
 def test_without_fastokens_the_counter_counts_with_bpe_openai(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import builtins
-    real_import = builtins.__import__
-
-    def no_fastokens(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name == "fastokens" or name.startswith("fastokens."):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
-    monkeypatch.setattr(builtins, "__import__", no_fastokens)
+    _hide_imports(monkeypatch, "fastokens")
     monkeypatch.setattr(tokens, "_fastokens_count", tokens._fastokens_count.__wrapped__)
     assert tokens._fastokens_count("o200k_base") is None
     monkeypatch.setattr(tokens, "_sharing", True)
@@ -239,14 +245,7 @@ def test_a_tiktoken_that_loads_its_tables_otherwise_is_not_used(
 
 def test_without_tiktoken_threads_count_with_bpe_openai(monkeypatch: pytest.MonkeyPatch
                                                         ) -> None:
-    import builtins
-    real_import = builtins.__import__
-
-    def no_tiktoken(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name == "tiktoken" or name.startswith(("tiktoken.", "tiktoken_ext")):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
-    monkeypatch.setattr(builtins, "__import__", no_tiktoken)
+    _hide_imports(monkeypatch, "tiktoken", "tiktoken_ext")
     monkeypatch.setattr(tokens, "_tiktoken_count", tokens._tiktoken_count.__wrapped__)
     assert tokens._tiktoken_count("o200k_base") is None
     counter = EncodingCounter("o200k_base")

@@ -329,6 +329,10 @@ class EncodingCounter(ChatCounter):
         self._count = count = _bpe_openai_count(self.encoding)
         return count
 
+    def _fast_count(self) -> Callable[[str], int] | None:
+        """fastokens' count (None without it), built at the first call."""
+        return self._fast if self._fast_asked else self._load_fast()
+
     def _load_fast(self) -> Callable[[str], int] | None:
         """fastokens' count, built by the first thread that needs it while the others
         that need it meanwhile wait (they would otherwise count with ``bpe-openai`` and
@@ -378,7 +382,7 @@ class EncodingCounter(ChatCounter):
             return _offload(self.encoding, text)
         if _sharing:  # else bpe-openai, always
             if not self._crowded():
-                fast = self._fast if self._fast_asked else self._load_fast()
+                fast = self._fast_count()
                 if fast is not None:
                     return fast(text)
             elif len(text) >= SHARED_CHARS:
@@ -413,8 +417,7 @@ def count_here(encoding: str, text: str) -> int:
     counter = _local_counters.get(encoding)
     if counter is None:
         counter = _local_counters[encoding] = EncodingCounter(encoding)
-    count = (counter._fast if counter._fast_asked else counter._load_fast()) \
-        or counter._count or counter._load()
+    count = counter._fast_count() or counter._count or counter._load()
     return count(text)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import difflib
 import functools
 import operator
@@ -84,11 +85,10 @@ async def body_chunks(request: Request) -> AsyncIterator[bytes]:
     scope = request.scope
     while True:
         try:
-            if scope.get(BODY_COMPLETE):  # every byte is here: the next chunk is too
+            # every byte is here once BODY_COMPLETE: the next chunk is too
+            async with (contextlib.nullcontext() if scope.get(BODY_COMPLETE)
+                        else asyncio.timeout(BODY_IDLE_SECONDS)):
                 chunk = await anext(stream)
-            else:
-                async with asyncio.timeout(BODY_IDLE_SECONDS):
-                    chunk = await anext(stream)
         except StopAsyncIteration:
             return
         except TimeoutError:
