@@ -564,14 +564,14 @@ class _Meddling:
         return getattr(self._real, name)
 
 
-@pytest.mark.parametrize("when", ["after the read", "after the insert"])
+@pytest.mark.parametrize("when", ["after the read", "around the insert"])
 def test_a_truncation_meanwhile_leaves_no_stale_words(fresh: PostgresStore, when: str,
                                                       monkeypatch: pytest.MonkeyPatch
                                                       ) -> None:
     """Another process pops rows and appends others at their positions while a batch is
-    under way, after the batch read its rows or after it inserted their words (before
-    it locks the mark): the batch writes nothing, and the next one indexes the rows as
-    they are."""
+    under way, after the batch read its rows or while its words are inserted (before it
+    locks the mark; the statements are pipelined, so either side of the insert): the
+    batch writes nothing, and the next one indexes the rows as they are."""
     fresh._stop_indexer()
     fresh.create_session("s")
     fresh.append("s", [Message.user(f"old{i} words") for i in range(5)])
@@ -596,26 +596,38 @@ def test_a_truncation_meanwhile_leaves_no_stale_words(fresh: PostgresStore, when
         other.close()
 
 
-def test_a_batch_cut_off_writes_nothing(fresh: PostgresStore,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The indexer's connection lost before its batch commits: neither its words nor its
-    mark's move are kept (one transaction), and the next pass indexes the rows."""
+def test_a_batch_cut_off_writes_nothing(fresh: PostgresStore) -> None:
+    """The indexer's connection lost in the middle of its batch (its words inserted, the
+    batch waiting for the session row's lock, which another transaction holds): neither
+    its words nor its mark's move are kept (one transaction), and the next pass indexes
+    the rows."""
+    import threading
+
     fresh._stop_indexer()
     fresh.create_session("s")
     fresh.append("s", [Message.user(f"lime {i}") for i in range(3)])
+    errors: list[BaseException] = []
 
-    def cut_off() -> None:
-        with psycopg.connect(PG_URL, autocommit=True) as killer:
-            # (the batch's last statement: its check of the rows still there)
-            (killed,) = killer.execute(
-                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM "
-                "pg_stat_activity WHERE query LIKE %s AND pid <> pg_backend_pid()",
-                ("%k(seq, id, words)%",)).fetchone() or (0,)
-            assert killed == 1
+    def flush() -> None:
+        try:
+            fresh._flush_pending()
+        except BaseException as exc:
+            errors.append(exc)
 
-    monkeypatch.setattr(fresh, "_search", _Meddling(fresh._search, "move_mark", cut_off))
-    with pytest.raises(psycopg.OperationalError):
-        fresh._flush_pending()
+    with psycopg.connect(PG_URL) as holder, psycopg.connect(PG_URL, autocommit=True) as killer:
+        holder.execute(f"SELECT 1 FROM {fresh.schema}.sessions WHERE session_id = 's' "
+                       "FOR UPDATE")
+        indexer = threading.Thread(target=flush)
+        indexer.start()
+        waiting = ("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
+                   "query LIKE %s")
+        _wait_for(lambda: killer.execute(waiting, ("%FOR NO KEY UPDATE%",)).fetchone())
+        (pid,) = killer.execute(waiting, ("%FOR NO KEY UPDATE%",)).fetchone() or (0,)
+        assert killer.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone() == (
+            True,)
+        holder.rollback()
+        indexer.join()
+    assert len(errors) == 1 and isinstance(errors[0], psycopg.OperationalError), errors
     assert _words_now(fresh) == {} and _marks(fresh) == {"s": 0}
     fresh.recover()
     fresh._flush_pending()

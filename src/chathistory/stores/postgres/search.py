@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -88,13 +89,20 @@ this many are left; more are left to ``build_search_index`` (``chathistory migra
 search indexes at most this many of its tenant's rows first; past that it scans."""
 BATCH = 512
 """Rows the indexer writes in one transaction at most."""
-FLUSH_AT = 256
-"""Rows this store's appends left that wake its indexer thread."""
+FLUSH_AT = 512
+"""Rows this store's appends left that wake its indexer thread. Batches this large cost
+about half as much a row as batches of 32 (per batch: the session row's update, with its
+indexes, a commit and three round trips)."""
 IDLE_S = 1.0
-"""The indexer thread's look at rows left by fewer appends than ``FLUSH_AT``."""
+"""Fewer rows left than ``FLUSH_AT`` are indexed once the store's appends have paused
+this long (or by the next search of their tenant)."""
 FLUSH_BYTES = 8 * 1024 * 1024
 """A batch's rows' data at most (at least one row): a backlog of large pastes is never
 read whole."""
+HANDOFF_BYTES = 8 * 1024 * 1024
+"""Rows' data this store's appends hand to its indexer at most (it reads the others)."""
+HANDOFF_ROW_BYTES = 256 * 1024
+"""A row larger than this is not handed off (the indexer reads it)."""
 WORDS_CHARS = 200_000
 """A row's words are cut after this many characters (at most 800 KB of UTF-8: a
 ``tsvector`` holds 1 MB of lexemes); no text but generated data has that many distinct
@@ -223,7 +231,7 @@ class Statements:
             True: f"{marked} AND tenant = %(tenant)s ORDER BY tenant, session_id "
                   "LIMIT %(limit)s"}
         self.mark = (f"SELECT unindexed_from, {count} FROM {s}.sessions "
-                     "WHERE tenant = %s AND session_id = %s")
+                     "WHERE tenant = %(tenant)s AND session_id = %(session_id)s")
         self.lock_mark = f"{self.mark} FOR NO KEY UPDATE"
         # a session is indexed by one process at a time: the others' indexer threads pass
         # it by (a search's or a build's indexing waits for it)
@@ -232,26 +240,37 @@ class Statements:
         self.claim = {False: f"SELECT pg_advisory_lock({claim})",
                       True: f"SELECT pg_try_advisory_lock({claim})"}
         self.release = f"SELECT pg_advisory_unlock({claim})"
-        self.move_mark = (f"UPDATE {s}.sessions SET unindexed_from = CASE WHEN %(hi)s < "
-                          f"{count} THEN %(hi)s END WHERE tenant = %(tenant)s "
-                          "AND session_id = %(session_id)s")
         self.left = (f"SELECT coalesce(sum(greatest({count} - unindexed_from, 0)), 0) FROM "
                      f"(SELECT payload, unindexed_from FROM {s}.sessions WHERE "
                      "unindexed_from IS NOT NULL LIMIT %s) AS u")
-        key = "tenant = %s AND session_id = %s"
-        self.row_sizes = (f"SELECT seq, octet_length(data) FROM {s}.messages WHERE {key} "
-                          "AND seq >= %s AND seq < %s ORDER BY seq LIMIT %s")
-        self.row_data = (f"SELECT seq, id, data FROM {s}.messages WHERE {key} "
-                         "AND seq >= %s AND seq < %s ORDER BY seq")
+        named = "tenant = %(tenant)s AND session_id = %(session_id)s"
+        # a batch: the mark, the session's length, and its rows from the mark on, at most
+        # ``batch`` of them and fewer once their data reaches ``cap`` (at least one; a row
+        # past the cap is never read whole), with how many the batch's first cut held
+        self.batch_rows = (
+            "SELECT s.lo, s.n, w.seq, w.id, w.data, w.taken FROM (SELECT unindexed_from AS lo, "
+            f"{count} AS n FROM {s}.sessions WHERE {named}) AS s LEFT JOIN LATERAL ("
+            "SELECT seq, id, data, taken FROM (SELECT seq, id, data, count(*) OVER () AS taken, "
+            "sum(octet_length(data)) OVER (ORDER BY seq) - octet_length(data) AS before FROM "
+            f"(SELECT seq, id, data FROM {s}.messages WHERE {named} AND seq >= s.lo AND "
+            "seq < s.n ORDER BY seq LIMIT %(batch)s) AS l) AS c WHERE c.before < %(cap)s "
+            "ORDER BY seq) AS w ON true")
         there = (f"EXISTS (SELECT 1 FROM {s}.messages AS m WHERE m.tenant = %(tenant)s AND "
                  "m.session_id = %(session_id)s AND m.seq = k.seq AND m.id = k.id)")
-        values = ("unnest(%(seqs)s::bigint[], %(ids)s::text[], %(words)s::text[]) "
-                 "AS k(seq, id, words)")
+        # (words of rows gone since they were read may be inserted: the mark's move then
+        # fails, and the transaction is rolled back)
         self.insert_words = (
             f"INSERT INTO {s}.message_words (tenant, session_id, seq, words) "
-            f"SELECT %(tenant)s, %(session_id)s, k.seq, k.words FROM {values} WHERE {there} "
-            "ON CONFLICT DO NOTHING")
-        self.still_there = f"SELECT count(*) FROM {values} WHERE {there}"
+            "SELECT %(tenant)s, %(session_id)s, k.seq, k.words FROM unnest(%(seqs)s::bigint[], "
+            "%(words)s::text[]) AS k(seq, words) ON CONFLICT DO NOTHING")
+        # under the session row's lock (``lock_mark``, an earlier statement: this one's
+        # snapshot then holds every removal that committed before it): the mark moves only
+        # if it is where the batch read it and the batch's rows are all still there
+        self.still_there = ("SELECT count(*) FROM unnest(%(seqs)s::bigint[], %(ids)s::text[]) "
+                            f"AS k(seq, id) WHERE {there}")
+        self.move_mark = (f"UPDATE {s}.sessions SET unindexed_from = CASE WHEN %(hi)s < "
+                          f"{count} THEN %(hi)s END WHERE {named} AND unindexed_from = %(lo)s "
+                          f"AND ({self.still_there}) = %(rows)s RETURNING 1")
         # the build of a new version of the words: every row cut again
         self.forget_words = f"TRUNCATE {s}.message_words"
         self.mark_all = f"UPDATE {s}.sessions SET unindexed_from = 0 WHERE {count} > 0"
@@ -296,6 +315,11 @@ class IndexedSearch(IndexerThread):
 
     def _init_indexer(self) -> None:
         self._init_indexer_thread()
+        # rows of this store's appends, for the indexer: (tenant, session) -> seq -> (id,
+        # data), at most HANDOFF_BYTES of them (the others are read from the database)
+        self._handoff: dict[tuple[str, str], dict[int, tuple[str, bytes]]] = {}
+        self._handoff_bytes = 0
+        self._last_append = 0.0  # time.monotonic() of this store's last append
         self._flush_lock = threading.Lock()  # one session indexed at a time
         self._pending_count = 0  # rows this store's appends left since the last pass
 
@@ -392,31 +416,67 @@ class IndexedSearch(IndexerThread):
 
     # ---------------------------------------------------------------- the indexer
 
-    def _after_append(self, rows: int) -> None:
-        """After an append's commit that wrote ``rows`` rows: wake the indexer thread
-        once ``FLUSH_AT`` are left (fewer wait for its next look, ``IDLE_S`` later)."""
+    def _after_append(self, tenant: str, session_id: str, rows: Sequence[Row]) -> None:
+        """After an append's commit that wrote ``rows``: hand them to the indexer (up to
+        ``HANDOFF_BYTES``) and wake its thread once ``FLUSH_AT`` are left (fewer wait for
+        its next look, ``IDLE_S`` later)."""
         if not rows or not self.search_writes_words:
             return
         with self._indexer_lock:
             if not self._ensure_indexer(self._run_indexer, "chathistory-pg-search-index"):
                 return
-            self._pending_count += rows
+            self._last_append = time.monotonic()
+            self._pending_count += len(rows)
             wake = self._pending_count >= FLUSH_AT
+            handed = self._handoff.setdefault((tenant, session_id), {})
+            for r in rows:
+                size = len(r.data)
+                if size <= HANDOFF_ROW_BYTES and self._handoff_bytes + size <= HANDOFF_BYTES:
+                    handed[r.seq] = (r.id, r.data)
+                    self._handoff_bytes += size
         if wake:
             self._indexer_wake.set()
 
+    def _handed(self, key: tuple[str, str], lo: int, hi: int) -> list[tuple[int, str, bytes]]:
+        """The handed-off rows of the session from ``lo`` on, while they follow each
+        other, below ``hi``, and up to ``FLUSH_BYTES`` (at least one)."""
+        out: list[tuple[int, str, bytes]] = []
+        size = 0
+        with self._indexer_lock:
+            handed = self._handoff.get(key, {})
+            for seq in range(lo, hi):
+                found = handed.get(seq)
+                if found is None or (out and size + len(found[1]) > FLUSH_BYTES):
+                    break
+                out.append((seq, *found))
+                size += len(found[1])
+        return out
+
+    def _forget_handed(self, key: tuple[str, str], below: int | None) -> None:
+        """Drop the session's handed-off rows below ``below`` (None: all of them)."""
+        with self._indexer_lock:
+            handed = self._handoff.get(key)
+            if handed is None:
+                return
+            for seq in [s for s in handed if below is None or s < below]:
+                self._handoff_bytes -= len(handed.pop(seq)[1])
+            if not handed:
+                del self._handoff[key]
+
     def _run_indexer(self) -> None:
         """The indexer thread: every marked session's rows, a batch at a time, once this
-        store's appends have left ``FLUSH_AT`` rows, or ``IDLE_S`` after they left any."""
+        store's appends have left ``FLUSH_AT`` rows, or have left fewer and paused for
+        ``IDLE_S``."""
         while True:
-            self._indexer_wake.wait(IDLE_S)
+            woken = self._indexer_wake.wait(IDLE_S)
             self._indexer_wake.clear()
             with self._indexer_lock:
                 if self._indexer_stop:
                     return
-                left, self._pending_count = self._pending_count, 0
-            if not left:
-                continue
+                paused = time.monotonic() - self._last_append >= IDLE_S
+                if not self._pending_count or not (woken or paused):
+                    continue
+                self._pending_count = 0
             try:
                 with self._connections.connection() as conn:
                     self._index_marked(conn, stop=lambda: self._indexer_stop)
@@ -466,73 +526,63 @@ class IndexedSearch(IndexerThread):
         and one process a session (an advisory lock, its claim): the indexer thread
         (``stop`` given) passes by a session another process holds, a search or a build
         waits for it (and then finds the mark moved)."""
-        key = (tenant, session_id)
+        claim = (tenant, tenant, session_id)
         with self._flush_lock:
-            claim = (tenant, tenant, session_id)
             claimed = conn.execute(self._search.claim[stop is not None], claim).fetchone()
             if stop is not None and not (claimed and claimed[0]):
                 return 0  # another process's indexer has it
             try:
-                return self._index_claimed(conn, key, batch, progress, stop)
+                return self._index_claimed(conn, {"tenant": tenant, "session_id": session_id,
+                                                  "batch": batch, "cap": FLUSH_BYTES},
+                                           batch, progress, stop)
             finally:
                 conn.execute(self._search.release, claim)
 
-    def _index_claimed(self, conn: psycopg.Connection[Any], key: tuple[str, str],
-                       batch: int, progress: Callable[[int], None] | None,
+    def _index_claimed(self, conn: psycopg.Connection[Any], key: dict[str, Any], batch: int,
+                       progress: Callable[[int], None] | None,
                        stop: Callable[[], bool] | None) -> int:
-        """``_index_session`` once this process holds the session's claim."""
-        tenant, session_id = key
+        """``_index_session`` once this process holds the session's claim: three round
+        trips a batch (its mark; the words, the lock and the mark's move, pipelined; the
+        commit), a fourth for rows this store's appends did not hand off."""
+        session = (key["tenant"], key["session_id"])
         done = 0
         while True:
             mark = conn.execute(self._search.mark, key).fetchone()
             if mark is None or mark[0] is None:
-                return done
+                self._forget_handed(session, None)
+                return done  # no session, or nothing left
             lo, n = int(mark[0]), int(mark[1])
-            hi, rows = self._rows_from(conn, key, lo, n, batch)
-            values = {"tenant": tenant, "session_id": session_id, "hi": hi,
+            rows = self._handed(session, lo, min(n, lo + batch))
+            if rows:
+                whole = rows[-1][0] + 1 >= n
+            else:
+                found = conn.cursor(binary=True).execute(self._search.batch_rows, key).fetchall()
+                rows = [(int(seq), str(mid), bytes(data)) for _lo, _n, seq, mid, data, _taken
+                        in found if seq is not None and _lo == lo]
+                whole = not rows or (len(rows) == found[0][5] and len(rows) < batch)
+            hi = max(lo, n) if whole else rows[-1][0] + 1
+            values = {**key, "lo": lo, "hi": hi, "rows": len(rows),
                       "seqs": [r[0] for r in rows], "ids": [r[1] for r in rows],
                       "words": [row_words(data) for _seq, _id, data in rows]}
             try:
-                with conn.transaction():
+                with conn.pipeline(), conn.transaction():
                     # the words are the messages': a crash may lose the last batches,
                     # and their marks' moves with them (the same transaction)
                     conn.execute(_ASYNC_COMMIT)
-                    wrote = (conn.execute(self._search.insert_words, values).rowcount
-                             if rows else 0)
-                    now = conn.execute(self._search.lock_mark, key).fetchone()
-                    if now is None or now[0] != lo or wrote != len(rows):
-                        raise _Moved
-                    # rows read before a truncation that committed since the insert
-                    if rows and conn.execute(self._search.still_there, values
-                                             ).fetchone() != (len(rows),):
-                        raise _Moved
-                    conn.execute(self._search.move_mark, values)
+                    if rows:
+                        conn.execute(self._search.insert_words, values)
+                    conn.execute(self._search.lock_mark, key)
+                    if conn.execute(self._search.move_mark, values).fetchone() is None:
+                        raise _Moved  # a removal, or another indexer, came first
             except _Moved:
+                self._forget_handed(session, None)
                 return done
+            self._forget_handed(session, hi)
             done += len(rows)
             if progress is not None and rows:
                 progress(len(rows))
             if hi >= n or (stop is not None and stop()):
                 return done
-
-    def _rows_from(self, conn: psycopg.Connection[Any], key: tuple[str, str], lo: int, n: int,
-                   batch: int) -> tuple[int, list[tuple[int, str, bytes]]]:
-        """The session's next batch of rows from ``lo`` (of ``n``): where the batch ends
-        (``n`` once it reaches the last row) and its rows, ``(seq, id, data)``."""
-        sizes = conn.execute(self._search.row_sizes, (*key, lo, n, batch)).fetchall()
-        taken, size = 0, 0
-        for _seq, length in sizes:
-            if taken and size + length > FLUSH_BYTES:
-                break
-            taken += 1
-            size += length
-        if taken == 0:
-            return max(lo, n), []
-        last = int(sizes[taken - 1][0])
-        whole = taken == len(sizes) and len(sizes) < batch
-        rows = [(int(seq), str(mid), bytes(data)) for seq, mid, data in conn.execute(
-            self._search.row_data, (*key, lo, last + 1)).fetchall()]
-        return (max(n, last + 1) if whole else last + 1), rows
 
     # ---------------------------------------------------------------- the index itself
 

@@ -63,7 +63,7 @@ class _Txn:
         self.q, self.conn = store._q, conn
         self.key = (tenant, session_id)
         self.session = session
-        self.written = 0  # rows written, for the indexer once committed
+        self.written: list[Row] = []  # rows written, for the indexer once committed
 
     def existing(self, ids: Sequence[str]) -> dict[str, int]:
         cursor = self.conn.execute(self.q.existing, (list(ids), *self.key))
@@ -92,7 +92,7 @@ class _Txn:
                 conn.execute(q.add_refs, (*key, sorted(assets)))
             conn.execute(q.save_appended, (version, expires_at, updated, payload,
                                            rows[0].seq if rows else None, *key))
-        self.written = len(rows)
+        self.written = rows
 
 
 class _Planned(Exception):
@@ -127,7 +127,7 @@ class _OptimisticTxn(_Txn):
         self.updated = session
         _, version, expires_at, updated, payload = session_params(session)
         params, one = rows_params(rows, calls)
-        self.written = len(rows)
+        self.written = rows
         cleared = clear is not None and clear[0] < clear[1]
         self.statement = self.q.append_statement(
             one, cleared, any(r.role in KEPT_ROLES for r in rows), bool(calls))
@@ -369,7 +369,7 @@ class PostgresStore(IndexedSearch, BaseStore):
                     assert tx.statement is not None
                     if run_prepared(conn, tx.statement, tx.planned):
                         self._remember(key, tx.updated)
-                        self._after_append(tx.written)
+                        self._after_append(tenant, session_id, tx.written)
                         return result
             except _Planned:  # attachments: not a race, no mark
                 return self._append_locked(tenant, session_id, fn)
@@ -412,7 +412,7 @@ class PostgresStore(IndexedSearch, BaseStore):
         finally:
             self._connections.give(conn)
         self._remember((tenant, session_id), tx.updated)
-        self._after_append(tx.written)
+        self._after_append(tenant, session_id, tx.written)
         return result
 
     def _remember(self, key: tuple[str, str], session: Session | None) -> None:
@@ -429,7 +429,7 @@ class PostgresStore(IndexedSearch, BaseStore):
                     found = sessions_of(conn.execute(self._q.lock_session, (tenant, session_id)))
                     tx = _Txn(self, conn, tenant, session_id, found[0] if found else None)
                     result = fn(tx)
-                self._after_append(tx.written)
+                self._after_append(tenant, session_id, tx.written)
                 return result
             except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
                 if attempt == _RETRIES - 1:
