@@ -320,6 +320,8 @@ class IndexedSearch(IndexerThread):
         self._handoff: dict[tuple[str, str], dict[int, tuple[str, bytes]]] = {}
         self._handoff_bytes = 0
         self._last_append = 0.0  # time.monotonic() of this store's last append
+        self._indexer_idle = threading.Event()  # set while the thread is not in a pass
+        self._indexer_idle.set()
         self._flush_lock = threading.Lock()  # one session indexed at a time
         self._pending_count = 0  # rows this store's appends left since the last pass
 
@@ -466,7 +468,10 @@ class IndexedSearch(IndexerThread):
     def _run_indexer(self) -> None:
         """The indexer thread: every marked session's rows, a batch at a time, once this
         store's appends have left ``FLUSH_AT`` rows, or have left fewer and paused for
-        ``IDLE_S``."""
+        ``IDLE_S``. A pass indexes each session up to where it was when the pass reached
+        it: rows appended meanwhile wait for the next pass, in a batch of their own,
+        instead of being chased a few at a time (a batch of 32 rows costs about twice as
+        much a row as one of 512)."""
         while True:
             woken = self._indexer_wake.wait(IDLE_S)
             self._indexer_wake.clear()
@@ -474,23 +479,27 @@ class IndexedSearch(IndexerThread):
                 if self._indexer_stop:
                     return
                 paused = time.monotonic() - self._last_append >= IDLE_S
-                if not self._pending_count or not (woken or paused):
+                if self._pending_count <= 0 or not (woken or paused):
                     continue
-                self._pending_count = 0
+                self._indexer_idle.clear()
             try:
                 with self._connections.connection() as conn:
                     self._index_marked(conn, stop=lambda: self._indexer_stop)
             except Exception:  # the marks stay: the next pass or a search retries
                 log.exception("search index: indexing the marked sessions failed")
+            finally:
+                self._indexer_idle.set()
 
     def _flush_pending(self) -> None:
         """Index every marked session now, in this thread (a store that indexes)."""
         if not self.search_writes_words:
             return
-        with self._indexer_lock:
-            self._pending_count = 0
         with self._connections.connection() as conn:
             self._index_marked(conn)
+
+    def _count_indexed(self, rows: int) -> None:
+        with self._indexer_lock:
+            self._pending_count = max(0, self._pending_count - rows)
 
     def _index_marked(self, conn: psycopg.Connection[Any], *, tenant: str | None = None,
                       limit: int | None = None, batch: int = BATCH,
@@ -546,12 +555,17 @@ class IndexedSearch(IndexerThread):
         commit), a fourth for rows this store's appends did not hand off."""
         session = (key["tenant"], key["session_id"])
         done = 0
+        end: int | None = None  # the indexer thread's: where the session was at the start
         while True:
             mark = conn.execute(self._search.mark, key).fetchone()
             if mark is None or mark[0] is None:
                 self._forget_handed(session, None)
                 return done  # no session, or nothing left
             lo, n = int(mark[0]), int(mark[1])
+            if stop is not None:
+                end = n if end is None else end
+                if lo >= end:
+                    return done
             rows = self._handed(session, lo, min(n, lo + batch))
             if rows:
                 whole = rows[-1][0] + 1 >= n
@@ -578,6 +592,7 @@ class IndexedSearch(IndexerThread):
                 self._forget_handed(session, None)
                 return done
             self._forget_handed(session, hi)
+            self._count_indexed(len(rows))
             done += len(rows)
             if progress is not None and rows:
                 progress(len(rows))
