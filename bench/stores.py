@@ -158,25 +158,17 @@ def _langchain_message(role: str, text: str) -> Any:
 
 
 def _pay_for_the_index(store: Any, everything: bool) -> None:
-    """The search index's work, paid inside ours' timed turn: the rows its indexer thread
-    was woken for (the store's ``FLUSH_AT`` or more left: SQLite's thread then waits for
-    the appends to pause; PostgreSQL's works beside them, and the turn waits for the end
-    of its pass), and at the round's end (``everything``) every row left. Without this,
-    the thread would index while the other libraries take their turns, that work would
-    be timed as theirs, and ours would not pay for the index at all. (Redis keeps no
-    index: nothing to pay.)"""
+    """SQLite's search index, paid inside ours' timed turn: the rows its indexer thread
+    was woken for (``FLUSH_AT`` or more left), and at the round's end (``everything``)
+    every row left. The thread indexes when the store's appends pause, which here is
+    while the other libraries take their turns: without this, that work would be timed
+    as theirs, and ours would not pay for the index at all. (Other stores index in the
+    append itself: nothing is left to pay.)"""
     from chathistory.stores import sqlite_search
-    from chathistory.stores.postgres import search as pg_search
-    from chathistory.stores.sqlite import SQLiteStore
 
     if not getattr(store, "search_indexed", False) or not hasattr(store, "_flush_pending"):
         return
-    if isinstance(store, SQLiteStore):
-        flush_at = sqlite_search.FLUSH_AT
-    else:  # the pass its thread is in, if any, is this turn's work
-        store._indexer_idle.wait()
-        flush_at = pg_search.FLUSH_AT
-    if everything or store._pending_count >= flush_at:
+    if everything or store._pending_count >= sqlite_search.FLUSH_AT:
         store._flush_pending()
 
 

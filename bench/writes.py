@@ -540,33 +540,12 @@ def pg_append(messages: Sequence[Pair], s: Settings, pg: PgCell) -> Cell:
 
     title = f"PostgreSQL append, one call per message ({n:,} messages per run)"
     return _cell("pg_append", title, "msg", True, n, [
-        ("chathistory PostgresStore", "ours", "defaults (the index's work paid in the turn)",
-         _paying(ours, pg.store, n)),
+        ("chathistory PostgresStore", "ours", "defaults", ours),
         (OFF_NAME, "info", "?search=off: no search index (not judged)", ours_off),
         ("langchain-postgres PostgresChatMessageHistory", "peer",
          "add_message, sync psycopg connection (commits each call)", langchain),
         ("psycopg INSERT", "floor", "autocommit: each INSERT its own committed transaction",
          raw)], [_build_note(batch)])
-
-
-def _paying(open_: Callable[[int], Opened], store: Any, units: int) -> Callable[[int], Opened]:
-    """``open_``'s steps, each followed by what the store's search index has left to do
-    (``_pay_for_the_index``: what its thread was woken for, and everything at the end of
-    the round's ``units``), timed with the step."""
-
-    def opened(r: int) -> Opened:
-        step, close = open_(r)
-
-        def paid(lo: int, hi: int) -> float | None:
-            started = time.perf_counter()
-            took = step(lo, hi)
-            if not isinstance(took, float):
-                took = time.perf_counter() - started
-            started = time.perf_counter()
-            _pay_for_the_index(store, everything=hi == units)
-            return took + (time.perf_counter() - started)
-        return paid, close
-    return opened
 
 
 def _split(messages: Sequence[Pair], per: int) -> list[Sequence[Pair]]:
@@ -593,8 +572,8 @@ def pg_threads(messages: Sequence[Pair], s: Settings, pg: PgCell) -> Cell:
     title = (f"PostgreSQL, {THREADS} writer threads on {THREADS} sessions ({per} messages "
              "each, one per call)")
     return _cell("pg_threads", title, "msg", False, per, [
-        ("chathistory PostgresStore", "ours", "one store (its pool) shared by the threads "
-         "(the index's work paid in the turn)", _paying(ours, pg.store, per)),
+        ("chathistory PostgresStore", "ours", "one store (its pool) shared by the threads",
+         ours),
         (OFF_NAME, "info", "?search=off: no search index (not judged)", ours_off),
         ("langchain-postgres PostgresChatMessageHistory", "peer",
          "a history and a connection per thread", langchain),

@@ -109,7 +109,6 @@ def test_migrate_an_empty_schema(conn: Any) -> None:
             "calls": ["tenant", "session_id", "call_id"],
             "kept": ["tenant", "session_id", "seq"],
             "message_ids": ["tenant", "session_id", "id"],
-            "message_words": ["tenant", "session_id", "seq"],
             "messages": ["tenant", "session_id", "seq"],
             "migrations": ["name"],
             "overrides": ["tenant", "session_id", "seq"],
@@ -121,20 +120,21 @@ def test_migrate_an_empty_schema(conn: Any) -> None:
                 "SELECT tablename, indexname FROM pg_indexes WHERE schemaname = %s", (schema,)):
             indexes.setdefault(table, []).append(index)
         # one index per per-message table (plans never depend on statistics); the
-        # search's words have theirs and the GIN index (schema m006), the marked sessions
-        # a partial index on a condition only the search's statements state
-        for table in ("message_ids", "calls", "kept", "overrides", "messages"):
+        # search's are partial on conditions only its statements state (schema m005)
+        for table in ("message_ids", "calls", "kept", "overrides"):
             assert indexes[table] == [f"{table}_pkey"]
-        assert sorted(indexes["message_words"]) == [
-            "message_words_pkey", "message_words_search_simple"]
+        assert sorted(indexes["messages"]) == [
+            "messages_pkey", "messages_search_simple", "messages_unindexed"]
         partial = dict(conn.execute(
             "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index i JOIN "
             "pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relname = 'sessions_unindexed'", (schema,)).fetchall())
-        assert partial == {"sessions_unindexed": "(unindexed_from IS NOT NULL)"}
+            "WHERE n.nspname = %s AND c.relname LIKE 'messages\\_%%'", (schema,)).fetchall())
+        assert partial == {"messages_pkey": None,
+                           "messages_search_simple": "(words IS NOT NULL)",
+                           "messages_unindexed": "(words IS NULL)"}
         assert sorted(indexes["sessions"]) == [
             "sessions_by_created", "sessions_by_expiry", "sessions_by_parent", "sessions_by_root",
-            "sessions_by_updated", "sessions_by_user", "sessions_pkey", "sessions_unindexed"]
+            "sessions_by_updated", "sessions_by_user", "sessions_pkey"]
         assert sorted(indexes["asset_refs"]) == ["asset_refs_by_sha", "asset_refs_pkey"]
         types = dict(conn.execute(
             "SELECT table_name || '.' || column_name, data_type FROM information_schema.columns "
@@ -453,7 +453,7 @@ def test_a_session_is_found_by_its_primary_key() -> None:
             "tenant": key[0], "session_id": key[1], "version": version + 1,
             "expires_at": expires_at, "updated": updated, "payload": payload,
             "expected": version, "created": session.created_at.isoformat(),
-            "clear_lo": 0, "clear_hi": 0, "first": session.message_count}
+            "clear_lo": 0, "clear_hi": 0}
         row = postgres_store.Row(session.message_count, "x", "user", b"{}", 1,
                                  session.token_count, True, False, 0, version + 1)
         lookups: dict[str, tuple[str, Any]] = {
@@ -465,9 +465,9 @@ def test_a_session_is_found_by_its_primary_key() -> None:
                                               "budget": 300}),
         }
         for one in (False, True):
-            params = {**planned, **postgres_store.rows_params([row], {})[0]}
+            params = {**planned, **postgres_store.rows_params([row], {}, [""])[0]}
             if not one:
-                params = {**planned, "batch": postgres_store.batch_json([row], {})}
+                params = {**planned, "batch": postgres_store.batch_json([row], {}, [""])}
             lookups[f"append_{one}"] = (q.append_statement(one, True, True, True).statement,
                                         params)
         listings: dict[str, tuple[str, Any]] = {
@@ -796,8 +796,8 @@ def test_one_row_statements_store_what_the_whole_batch_statement_stores(
     rows_params = postgres_store.rows_params
     statement = postgres_store.Queries.append_statement
 
-    def counted(rows: Any, calls: Any) -> Any:
-        params, one = rows_params(rows, calls)
+    def counted(rows: Any, calls: Any, words: Any) -> Any:
+        params, one = rows_params(rows, calls, words)
         ones.append(one)
         return params, one
 
@@ -805,8 +805,8 @@ def test_one_row_statements_store_what_the_whole_batch_statement_stores(
         patch.setattr(postgres_store, "rows_params", counted)
 
     def plain(patch: pytest.MonkeyPatch) -> None:
-        patch.setattr(postgres_store, "rows_params", lambda rows, calls: (
-            {"batch": postgres_store.batch_json(rows, calls)}, False))
+        patch.setattr(postgres_store, "rows_params", lambda rows, calls, words: (
+            {"batch": postgres_store.batch_json(rows, calls, words)}, False))
         patch.setattr(postgres_store.Queries, "append_statement",
                       lambda q, *parts: statement(q, False, True, True, True))
 

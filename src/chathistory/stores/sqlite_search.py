@@ -61,7 +61,6 @@ from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, TypeVar
 
 from .backend import Span
-from .indexer import IndexerThread
 from .model import Row, Session
 from .search import WORDS_VERSION, Cursor, Query, indexed_words, matching_rows, ranked_after
 
@@ -603,7 +602,7 @@ def build_step(conn: sqlite3.Connection, batch: int) -> IndexState:
 
 # ---------------------------------------------------------------- the store's side
 
-class IndexedSearch(IndexerThread):
+class IndexedSearch:
     """``SQLiteStore``'s search primitives over the index (``_b_search``,
     ``_b_search_sessions``) and its upkeep (``build_search_index``)."""
 
@@ -758,8 +757,11 @@ class IndexedSearch(IndexerThread):
     # ------------------------------------------------------------ the indexer thread
 
     def _init_indexer(self) -> None:
-        self._init_indexer_thread()
+        self._indexer: threading.Thread | None = None
+        self._indexer_lock = threading.Lock()
+        self._indexer_wake = threading.Event()
         self._flush_lock = threading.Lock()
+        self._indexer_stop = False
         # rows handed off by appends: (FTS rowid, tenant, data, epoch), oldest first
         self._handoff: collections.deque[tuple[int, str, bytes, int]] = collections.deque()
         self._handoff_bytes = 0
@@ -830,8 +832,13 @@ class IndexedSearch(IndexerThread):
             self._flush_pending()
         elif pending >= FLUSH_AT:
             with self._indexer_lock:
-                if not self._ensure_indexer(self._index_pending, "chathistory-search-index"):
+                if self._indexer_stop:
                     return
+                if self._indexer is None:
+                    self._indexer = threading.Thread(target=self._index_pending,
+                                                     name="chathistory-search-index",
+                                                     daemon=True)
+                    self._indexer.start()
             self._indexer_wake.set()
 
     def _index_pending(self) -> None:
@@ -865,6 +872,15 @@ class IndexedSearch(IndexerThread):
         """Whether the indexer thread stops after its batch: an append came within
         ``QUIET_S``, or the store stops the thread."""
         return self._indexer_stop or time.monotonic() - self._last_append < QUIET_S
+
+    def _stop_indexer(self) -> None:
+        """Stop the indexer thread (after its current transaction)."""
+        with self._indexer_lock:
+            self._indexer_stop = True
+            thread = self._indexer
+        self._indexer_wake.set()
+        if thread is not None:
+            thread.join()
 
     def _ready_index(self) -> bool:
         """Whether searches use the index: kept by this store, ready, and with every

@@ -39,15 +39,6 @@ class Queries:
         self.save_session = (f"UPDATE {s}.sessions SET version = %s, expires_at = %s, "
                              f"updated_iso = %s, payload = %s WHERE {key}")
         self.save_if = f"{self.save_session} AND version = %s"
-        # an append's save marks the rows from its first on as left to index (unless
-        # earlier ones are); a truncation to n keeps the mark only below n (the rows from
-        # n on are gone, their words with them: ``truncate_words``)
-        self.save_appended = (f"UPDATE {s}.sessions SET version = %s, expires_at = %s, "
-                              "updated_iso = %s, payload = %s, "
-                              f"unindexed_from = COALESCE(unindexed_from, %s) WHERE {key}")
-        self.save_truncated = (f"UPDATE {s}.sessions SET version = %s, expires_at = %s, "
-                               "updated_iso = %s, payload = %s, unindexed_from = CASE WHEN "
-                               f"unindexed_from < %s THEN unindexed_from END WHERE {key}")
         # LISTED: the condition of the listing indexes (schema m004), which no lookup by
         # key states, so that such a lookup can only use the primary key
         listing = f"SELECT payload::text FROM {s}.sessions WHERE {LISTED} AND tenant = %s"
@@ -78,8 +69,7 @@ class Queries:
         self.children = f"{listing} AND parent_id = %s"
         self.tree = f"{listing} AND root_id = %s"
         self.expired = f"SELECT tenant, session_id FROM {s}.sessions WHERE expires_at <= %s"
-        per_session = ("messages", "message_words", "message_ids", "kept", "calls",
-                       "overrides", "asset_refs")
+        per_session = ("messages", "message_ids", "kept", "calls", "overrides", "asset_refs")
         self.delete_session = (
             "WITH " + ", ".join(f"d_{t} AS (DELETE FROM {s}.{t} WHERE {key})"
                                 for t in per_session)
@@ -181,7 +171,6 @@ class Queries:
         self.truncate_kept = f"DELETE FROM {s}.kept WHERE {key} AND seq >= %s"
         # the session's calls are filtered by position: a pop costs O(calls in the session)
         self.truncate_calls = f"DELETE FROM {s}.calls WHERE {key} AND seq >= %s"
-        self.truncate_words = f"DELETE FROM {s}.message_words WHERE {key} AND seq >= %s"
         self.clear_all = [f"DELETE FROM {s}.{t} WHERE {key}" for t in per_session]
         # assets: the upsert locks an existing asset row, so a concurrent GC waits for
         # the append (and then sees its reference) instead of deleting under it
@@ -220,21 +209,22 @@ def _inserts(s: str, one: bool, kept: bool, calls: bool, guarded: bool) -> str:
     if one:
         source = """(VALUES (%(seq)s::bigint, %(id)s::text, %(role)s::text, %(data)s::bytea,
                 %(tokens)s::integer, %(cum_before)s::bigint, %(cut_ok)s::boolean,
-                %(orphan)s::boolean, %(status)s::smallint, %(row_version)s::bigint
-                )) AS b(seq, id, role, data, tokens, cum_before, cut_ok, orphan, status,
-                version)"""
+                %(orphan)s::boolean, %(status)s::smallint, %(row_version)s::bigint,
+                %(words)s::text)) AS b(
+                seq, id, role, data, tokens, cum_before, cut_ok, orphan, status, version,
+                words)"""
         data, calls_doc = "b.data", "%(calls)s::jsonb"
     else:
         source = """doc CROSS JOIN jsonb_to_recordset(doc.d -> 'r') AS b(
                 seq bigint, id text, role text, data text, tokens integer,
                 cum_before bigint, cut_ok boolean, orphan boolean, status smallint,
-                version bigint)"""
+                version bigint, words text)"""
         data, calls_doc = "decode(b.data, 'hex')", "(SELECT d -> 'c' FROM doc)"
     parts = [f"""
         added AS (
-            INSERT INTO {s}.messages (tenant, session_id, {_ROW})
+            INSERT INTO {s}.messages (tenant, session_id, {_ROW}, words)
             SELECT %(tenant)s, %(session_id)s, b.seq, b.id, b.role, {data},
-                b.tokens, b.cum_before, b.cut_ok, b.orphan, b.status, b.version
+                b.tokens, b.cum_before, b.cut_ok, b.orphan, b.status, b.version, b.words
             FROM {source}{where}
             RETURNING id, seq, version, role
         ), added_ids AS (
@@ -269,8 +259,7 @@ def _append_if(s: str, one: bool, clear: bool, kept: bool, calls: bool) -> str:
     return f"""
         WITH {doc}saved AS (
             UPDATE {s}.sessions SET version = %(version)s, expires_at = %(expires_at)s,
-                updated_iso = %(updated)s, payload = %(payload)s,
-                unindexed_from = COALESCE(unindexed_from, %(first)s::bigint)
+                updated_iso = %(updated)s, payload = %(payload)s
             WHERE {named} AND version = %(expected)s AND created_iso = %(created)s
             RETURNING 1
         ), {cleared}{_inserts(s, one, kept, calls, True)}
@@ -285,10 +274,12 @@ def session_params(session: Session) -> tuple[str, int, datetime | None, str, st
 _batch_encoder = msgspec.json.Encoder()
 
 
-def batch_json(rows: Sequence[Row], calls: Mapping[str, int]) -> str:
+def batch_json(rows: Sequence[Row], calls: Mapping[str, int],
+               words: Sequence[str | None]) -> str:
     """What an append writes besides its session, as the JSON document the insert
     statements unpack: ``r`` the rows (message JSON in hex: exact bytes whatever they
-    hold), ``c`` the calls."""
+    hold) with their ``words`` (``search.row_words``; None when the store keeps no
+    search index), ``c`` the calls."""
     for r in rows:
         refuse_nul(r.id)
         refuse_nul(r.role)
@@ -297,18 +288,19 @@ def batch_json(rows: Sequence[Row], calls: Mapping[str, int]) -> str:
     return _batch_encoder.encode({
         "r": [{"seq": r.seq, "id": r.id, "role": r.role, "data": r.data.hex(),
                "tokens": r.tokens, "cum_before": r.cum_before, "cut_ok": r.cut_ok,
-               "orphan": r.orphan, "status": r.status, "version": r.version}
-              for r in rows],
+               "orphan": r.orphan, "status": r.status, "version": r.version,
+               "words": w} for r, w in zip(rows, words, strict=True)],
         "c": calls,
     }).decode()
 
 
-def rows_params(rows: Sequence[Row], calls: Mapping[str, int]) -> tuple[dict[str, Any], bool]:
+def rows_params(rows: Sequence[Row], calls: Mapping[str, int], words: Sequence[str | None]
+                ) -> tuple[dict[str, Any], bool]:
     """The parameters that carry an append's rows and calls to ``append_statement``,
     and whether they are ``one`` row's: a single row as plain parameters (its message
-    bytes sent as they are), more as ``batch_json``."""
+    bytes sent as they are), more as ``batch_json``; ``words`` as there."""
     if len(rows) != 1:
-        return {"batch": batch_json(rows, calls)}, False
+        return {"batch": batch_json(rows, calls, words)}, False
     (r,) = rows
     refuse_nul(r.id)
     refuse_nul(r.role)
@@ -317,6 +309,7 @@ def rows_params(rows: Sequence[Row], calls: Mapping[str, int]) -> tuple[dict[str
     return {"seq": r.seq, "id": r.id, "role": r.role, "data": r.data, "tokens": r.tokens,
             "cum_before": r.cum_before, "cut_ok": r.cut_ok, "orphan": r.orphan,
             "status": r.status, "row_version": r.version,
+            "words": words[0],
             "calls": _batch_encoder.encode(calls).decode() if calls else None}, True
 
 

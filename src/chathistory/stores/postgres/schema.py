@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from ..model import SESSION_DECODER
 from ..regroup import regroup_spans
@@ -188,7 +187,7 @@ def check_config(config: str) -> str:
 
 
 def search_vector(config: str) -> str:
-    """The expression the search index holds for a ``message_words`` row: its words
+    """The expression the search index holds for a ``messages`` row: its words
     (``words``: distinct, space-separated, as the engine's tokenizer cut them)
     and two markers, one of the row's session and one of its tenant. Only the tokenizer
     makes words; the markers start with ``!``, which no word holds, so no query word can
@@ -203,17 +202,18 @@ def search_vector(config: str) -> str:
 
 
 def search_index_name(config: str) -> str:
-    return f"message_words_search_{check_config(config)}"
+    return f"messages_search_{check_config(config)}"
 
 
 def create_search_index(config: str, schema: str, concurrently: bool = False) -> str:
-    """The statement creating the search index of ``config``: GIN over ``search_vector``
-    of ``message_words``. GIN's pending list (``fastupdate``, on) takes a batch's
-    entries in a few page writes; without it a row cost ~290 us more of the server's CPU
-    (65 distinct words, each a descent of the tree)."""
+    """The statement creating the search index of ``config``: GIN over ``search_vector``,
+    rows with words only (``words`` NULL: not indexed yet, see ``messages_unindexed``).
+    GIN's pending list (``fastupdate``, on) takes an append's entries in one page write;
+    without it an append cost ~290 us more of the server's CPU (65 distinct words, each a
+    descent of the tree)."""
     how = "CONCURRENTLY " if concurrently else ""
-    return (f"CREATE INDEX {how}{search_index_name(config)} ON "
-            f"{quote_schema(schema)}.message_words USING gin (({search_vector(config)}))")
+    return (f"CREATE INDEX {how}{search_index_name(config)} ON {quote_schema(schema)}.messages "
+            f"USING gin (({search_vector(config)})) WHERE words IS NOT NULL")
 
 
 def _m005_search(conn: psycopg.Connection[Any], schema: str, partitions: int | None
@@ -230,54 +230,12 @@ def _m005_search(conn: psycopg.Connection[Any], schema: str, partitions: int | N
     conn.execute(f"ALTER TABLE {s}.messages ADD COLUMN words text")
     conn.execute(f"CREATE INDEX messages_unindexed ON {s}.messages (tenant, session_id, seq) "
                  "WHERE words IS NULL")
-    # (as this release wrote it; ``m006_search_words`` moves the index to its own table)
-    conn.execute(f"CREATE INDEX messages_search_{SEARCH_CONFIG} ON {s}.messages USING gin "
-                 f"(({search_vector(SEARCH_CONFIG)})) WHERE words IS NOT NULL")
+    conn.execute(create_search_index(SEARCH_CONFIG, schema))
     conn.execute(f"CREATE TABLE {s}.search_index (one boolean PRIMARY KEY DEFAULT true "
                  "CHECK (one), config text NOT NULL, words_version integer NOT NULL, "
                  "fill_after json)")
     conn.execute(f"INSERT INTO {s}.search_index (config, words_version) VALUES (%s, %s)",
                  (SEARCH_CONFIG, WORDS_VERSION))
-
-
-def _m006_search_words(conn: psycopg.Connection[Any], schema: str, partitions: int | None
-                       ) -> None:
-    """The search index leaves the append (``search.py`` in this package): each row's
-    words move to a table of their own, ``message_words``, which the store's indexer
-    writes in batches after the appends, with the GIN index over it; what is left to
-    index is a mark on the session, ``sessions.unindexed_from`` (its rows from there on),
-    which every append sets in the statement that saves the session, and which
-    ``sessions_unindexed`` lists. ``messages.words``, its GIN index and
-    ``messages_unindexed`` go: every session with messages is marked from its start, and
-    the store indexes them again (at once when few, else ``chathistory migrate``), in
-    batches that each move the mark, so a stopped build resumes where it was. A process
-    of an earlier release can no longer append to this schema (its statements name
-    ``messages.words``): upgrade every process."""
-    s = quote_schema(schema)
-    (parts,) = conn.execute("SELECT count(*) FROM pg_inherits WHERE inhparent = %s::regclass",
-                            (f"{s}.messages",)).fetchone() or (0,)
-    by = " PARTITION BY HASH (tenant, session_id)" if parts else ""
-    conn.execute(f"CREATE TABLE {s}.message_words (tenant text COLLATE \"C\" NOT NULL, "
-                 "session_id text COLLATE \"C\" NOT NULL, seq bigint NOT NULL, "
-                 f"words text NOT NULL, PRIMARY KEY (tenant, session_id, seq)){by}")
-    for i in range(parts):
-        conn.execute(f"CREATE TABLE {s}.message_words_p{i} PARTITION OF {s}.message_words "
-                     f"FOR VALUES WITH (MODULUS {parts}, REMAINDER {i})")
-    found = conn.execute(f"SELECT config FROM {s}.search_index").fetchone()
-    config = str(found[0]) if found else SEARCH_CONFIG
-    old = ("SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = 'messages' "
-           "AND (indexname LIKE 'messages\\_search\\_%%' OR indexname = 'messages_unindexed')")
-    for (name,) in conn.execute(old, (schema,)).fetchall():
-        conn.execute(sql.SQL("DROP INDEX {}.{}").format(sql.Identifier(schema),
-                                                       sql.Identifier(name)))
-    conn.execute(f"ALTER TABLE {s}.messages DROP COLUMN words")
-    conn.execute(create_search_index(config, schema))
-    conn.execute(f"ALTER TABLE {s}.sessions ADD COLUMN unindexed_from bigint")
-    conn.execute(f"UPDATE {s}.sessions SET unindexed_from = 0 "
-                 "WHERE (payload->>'message_count')::bigint > 0")
-    conn.execute(f"CREATE INDEX sessions_unindexed ON {s}.sessions (tenant, session_id) "
-                 "WHERE unindexed_from IS NOT NULL")
-    conn.execute(f"UPDATE {s}.search_index SET fill_after = NULL")
 
 
 MIGRATIONS: list[tuple[str, Callable[[psycopg.Connection[Any], str, int | None], None]]] = [
@@ -289,8 +247,6 @@ MIGRATIONS: list[tuple[str, Callable[[psycopg.Connection[Any], str, int | None],
     ("m004_listing_indexes", _m004_listing_indexes),
     # word search: each row's words, a GIN index over them, the rows without
     ("m005_search", _m005_search),
-    # the words in a table of their own, indexed after the append; a mark per session
-    ("m006_search_words", _m006_search_words),
 ]
 """Named steps, applied in order, each in one transaction with its record."""
 

@@ -35,7 +35,7 @@ from .queries import (
     sessions_of,
 )
 from .schema import SEARCH_CONFIG, check_config, migrate, quote_schema
-from .search import IndexedSearch, Statements
+from .search import IndexedSearch, Statements, row_words
 from .wire import Prepared, run_prepared
 
 T = TypeVar("T")
@@ -63,7 +63,7 @@ class _Txn:
         self.q, self.conn = store._q, conn
         self.key = (tenant, session_id)
         self.session = session
-        self.written: list[Row] = []  # rows written, for the indexer once committed
+        self.indexed = store.search_writes_words
 
     def existing(self, ids: Sequence[str]) -> dict[str, int]:
         cursor = self.conn.execute(self.q.existing, (list(ids), *self.key))
@@ -84,15 +84,18 @@ class _Txn:
                 conn.execute(q.insert_batch_for(any(r.role in KEPT_ROLES for r in rows),
                                                 bool(calls)),
                              {"tenant": key[0], "session_id": key[1],
-                              "batch": batch_json(rows, calls)})
+                              "batch": batch_json(rows, calls, _words(rows, self.indexed))})
             for sha in sorted(assets):  # one order everywhere: no deadlocks between appends
                 data, media_type = assets[sha]
                 conn.execute(q.keep_asset, (key[0], sha, media_type, data))
             if assets:
                 conn.execute(q.add_refs, (*key, sorted(assets)))
-            conn.execute(q.save_appended, (version, expires_at, updated, payload,
-                                           rows[0].seq if rows else None, *key))
-        self.written = rows
+            conn.execute(q.save_session, (version, expires_at, updated, payload, *key))
+
+
+def _words(rows: Sequence[Row], indexed: bool) -> list[str | None]:
+    """Each row's ``messages.words``: None when the store keeps no search index."""
+    return [row_words(r.data) for r in rows] if indexed else [None] * len(rows)
 
 
 class _Planned(Exception):
@@ -126,8 +129,7 @@ class _OptimisticTxn(_Txn):
         assert self.session is not None
         self.updated = session
         _, version, expires_at, updated, payload = session_params(session)
-        params, one = rows_params(rows, calls)
-        self.written = rows
+        params, one = rows_params(rows, calls, _words(rows, self.indexed))
         cleared = clear is not None and clear[0] < clear[1]
         self.statement = self.q.append_statement(
             one, cleared, any(r.role in KEPT_ROLES for r in rows), bool(calls))
@@ -138,7 +140,7 @@ class _OptimisticTxn(_Txn):
             # and the same session: one deleted and created again restarts its versions
             "created": _isoformat(self.session.created_at),
             "clear_lo": clear[0] if clear else 0, "clear_hi": clear[1] if clear else 0,
-            "first": rows[0].seq if rows else None, **params,
+            **params,
         }
 
 
@@ -179,7 +181,6 @@ class PostgresStore(IndexedSearch, BaseStore):
         self._q = Queries(schema)
         self._drop_schema_on_close = drop_schema_on_close
         self._closed = False
-        self._init_indexer()
         options: dict[str, Any] = {"autocommit": True}
         if "connect_timeout" not in conninfo_to_dict(url):
             options["connect_timeout"] = _CONNECT_TIMEOUT
@@ -235,7 +236,6 @@ class PostgresStore(IndexedSearch, BaseStore):
             return
         self._closed = True
         try:
-            self._stop_indexer()
             if self._drop_schema_on_close:
                 with self._connections.connection() as conn:
                     conn.execute(f"DROP SCHEMA IF EXISTS {quote_schema(self.schema)} CASCADE")
@@ -369,7 +369,6 @@ class PostgresStore(IndexedSearch, BaseStore):
                     assert tx.statement is not None
                     if run_prepared(conn, tx.statement, tx.planned):
                         self._remember(key, tx.updated)
-                        self._after_append(tenant, session_id, tx.written)
                         return result
             except _Planned:  # attachments: not a race, no mark
                 return self._append_locked(tenant, session_id, fn)
@@ -412,7 +411,6 @@ class PostgresStore(IndexedSearch, BaseStore):
         finally:
             self._connections.give(conn)
         self._remember((tenant, session_id), tx.updated)
-        self._after_append(tenant, session_id, tx.written)
         return result
 
     def _remember(self, key: tuple[str, str], session: Session | None) -> None:
@@ -427,10 +425,7 @@ class PostgresStore(IndexedSearch, BaseStore):
                 # pipeline mode: BEGIN travels with the lock, COMMIT with the writes
                 with self._connections.connection() as conn, conn.pipeline(), conn.transaction():
                     found = sessions_of(conn.execute(self._q.lock_session, (tenant, session_id)))
-                    tx = _Txn(self, conn, tenant, session_id, found[0] if found else None)
-                    result = fn(tx)
-                self._after_append(tenant, session_id, tx.written)
-                return result
+                    return fn(_Txn(self, conn, tenant, session_id, found[0] if found else None))
             except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
                 if attempt == _RETRIES - 1:
                     raise
@@ -499,8 +494,7 @@ class PostgresStore(IndexedSearch, BaseStore):
                 with conn.pipeline():
                     for query in q.clear_all:
                         conn.execute(query, key)
-                    conn.execute(q.save_truncated, (version, expires_at, updated, payload, 0,
-                                                    *key))
+                    conn.execute(q.save_session, (version, expires_at, updated, payload, *key))
                 return True
             gone = [mid for (mid,) in conn.execute(q.truncate_rows, (*key, seq))]
             with conn.pipeline(), conn.cursor() as cursor:
@@ -510,9 +504,7 @@ class PostgresStore(IndexedSearch, BaseStore):
                     cursor.execute(q.restore_cuts, (*key, list(restore)))
                 cursor.execute(q.truncate_kept, (*key, seq))
                 cursor.execute(q.truncate_calls, (*key, seq))
-                cursor.execute(q.truncate_words, (*key, seq))
-                cursor.execute(q.save_truncated, (version, expires_at, updated, payload, seq,
-                                                  *key))
+                cursor.execute(q.save_session, (version, expires_at, updated, payload, *key))
             return True
 
     # ---------------------------------------------------------------- assets, retention
