@@ -411,16 +411,9 @@ def test_a_text_past_offload_chars_goes_to_the_offload_whether_counts_are_shared
     assert counter.count_text("hello world") == 2 and len(offloaded) == 1
 
 
-def test_threads_counting_at_once_hold_the_gil_and_one_alone_does_not(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """fastokens lets the GIL go for each count; with threads counting at once that
-    handover cost more than the count (8 threads appending measured no better with it),
-    so they count as without it: bpe-openai (or tiktoken, shared, for long texts). A
-    thread alone counts with fastokens, and again once the others have stopped."""
-    pytest.importorskip("fastokens")
-    monkeypatch.setattr(tokens, "_sharing", True)
-    monkeypatch.setattr(tokens, "SHARED_WINDOW", 60.0)
-    counter = EncodingCounter("o200k_base")
+def _spied(counter: EncodingCounter) -> list[str]:
+    """The counter's fastokens and bpe-openai counts, each noting its name in the list
+    returned when it counts ("fast", "held")."""
     used: list[str] = []
 
     def spy(name: str, count: Any) -> Any:
@@ -431,6 +424,20 @@ def test_threads_counting_at_once_hold_the_gil_and_one_alone_does_not(
     counter._fast = spy("fast", tokens._fastokens_count("o200k_base"))
     counter._fast_asked = True
     counter._count = spy("held", tokens._bpe_openai_count("o200k_base"))
+    return used
+
+
+def test_threads_counting_at_once_hold_the_gil_and_one_alone_does_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """fastokens lets the GIL go for each count; with threads counting at once that
+    handover cost more than the count (8 threads appending measured no better with it),
+    so they count as without it: bpe-openai (or tiktoken, shared, for long texts). A
+    thread alone counts with fastokens, and again once the others have stopped."""
+    pytest.importorskip("fastokens")
+    monkeypatch.setattr(tokens, "_sharing", True)
+    monkeypatch.setattr(tokens, "SHARED_WINDOW", 60.0)
+    counter = EncodingCounter("o200k_base")
+    used = _spied(counter)
     counter._shared_asked = True  # as without tiktoken: long texts stay bpe-openai's
     long = "the quick brown fox jumps over the lazy dog " * 20
     alone = counter.count_text(long)
@@ -440,6 +447,35 @@ def test_threads_counting_at_once_hold_the_gil_and_one_alone_does_not(
     monkeypatch.setattr(tokens, "SHARED_WINDOW", 0.0)  # the window has passed
     counter._crowded_until = 0.0
     assert counter.count_text(long) == alone and used[-1] == "fast"
+
+
+def test_a_new_thread_counts_with_bpe_openai_before_fastokens(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """fastokens sets up each OS thread at its first count (6-15 ms): a thread other
+    than the main one counts its first ``FAST_AFTER`` texts with bpe-openai, alone or
+    not, and with fastokens after; the main thread with fastokens from its first."""
+    pytest.importorskip("fastokens")
+    monkeypatch.setattr(tokens, "_sharing", True)
+    monkeypatch.setattr(tokens, "SHARED_WINDOW", 0.0)  # every count is alone
+    monkeypatch.setattr(tokens, "FAST_AFTER", 5)
+    counter = EncodingCounter("o200k_base")
+    used = _spied(counter)
+    found: list[int] = []
+
+    def count_eight() -> None:
+        found.extend(counter.count_text(f"hello world {i}") for i in range(8))
+
+    worker = threading.Thread(target=count_eight)
+    worker.start()
+    worker.join()
+    assert used == ["held"] * 5 + ["fast"] * 3
+    assert found == [counter.count_text(f"hello world {i}") for i in range(8)]
+    assert used[8:] == ["fast"] * 8  # the main thread: fastokens from the start
+    used.clear()
+    worker = threading.Thread(target=count_eight)  # a new thread starts over
+    worker.start()
+    worker.join()
+    assert used == ["held"] * 5 + ["fast"] * 3
 
 
 def test_fastokens_counts_the_same_from_threads_at_once(
@@ -473,6 +509,7 @@ def test_a_thread_alone_while_fastokens_is_built_waits_for_it(
     import time
     monkeypatch.setattr(tokens, "_sharing", True)
     monkeypatch.setattr(tokens, "SHARED_WINDOW", 0.0)  # every count is alone
+    monkeypatch.setattr(tokens, "FAST_AFTER", 0)  # (the other thread's first count too)
     real = tokens._fastokens_count("o200k_base")
     built: list[str] = []
 

@@ -260,6 +260,26 @@ def _tiktoken_count(encoding: str) -> Callable[[str], int] | None:
     return count
 
 
+FAST_AFTER = 512
+"""``EncodingCounter``: a thread other than the main one counts with fastokens only after
+this many counts. fastokens sets up each OS thread at that thread's first count (6-15 ms
+on this machine, whatever the text), which about 500 counts at fastokens' speed pay back:
+a thread made for one request, or a burst of threads, counts with ``bpe-openai``."""
+_thread_counts = threading.local()
+
+
+def _seasoned() -> bool:
+    """Whether this thread may count with fastokens (``FAST_AFTER``); counts it."""
+    counted: int = getattr(_thread_counts, "n", 0)
+    if counted >= FAST_AFTER:
+        return True
+    if threading.current_thread() is threading.main_thread():
+        _thread_counts.n = FAST_AFTER
+        return True
+    _thread_counts.n = counted + 1
+    return False
+
+
 SHARED_CHARS = 512
 """``EncodingCounter``: a text at least this long, counted while another thread
 counts too, is counted by tiktoken when it is installed (which lets the other threads
@@ -289,7 +309,9 @@ class EncodingCounter(ChatCounter):
 
     - a thread counting alone: fastokens, 3.5-5 us per ShareGPT message against
       ``bpe-openai``'s 28-31 and tiktoken's 41-53 (one thread, this 2-core machine);
-      where fastokens is not installed, ``bpe-openai``;
+      where fastokens is not installed, ``bpe-openai``; a thread other than the main
+      one only after ``FAST_AFTER`` counts (fastokens' setup of a new thread costs
+      6-15 ms at its first count), ``bpe-openai`` until then;
     - threads counting at once (a count less than ``SHARED_WINDOW`` after another
       thread's, and every count for ``SHARED_WINDOW`` after such a one): ``bpe-openai``,
       which holds the GIL while it counts. fastokens and tiktoken let it go for the
@@ -382,7 +404,7 @@ class EncodingCounter(ChatCounter):
             return _offload(self.encoding, text)
         if _sharing:  # else bpe-openai, always
             if not self._crowded():
-                fast = self._fast_count()
+                fast = self._fast_count() if _seasoned() else None
                 if fast is not None:
                     return fast(text)
             elif len(text) >= SHARED_CHARS:
