@@ -525,11 +525,8 @@ def pg_append(messages: Sequence[Pair], s: Settings, pg: PgCell) -> Cell:
     lc_conn = pg.connect(autocommit=False)  # the sync connection as its docs make it
     raw_conn = pg.connect(autocommit=True)
 
-    def ours(r: int) -> Opened:
-        return _adds(batch, _each(_ours_add(pg.store, f"append-{r}"))), _nothing
-
-    def ours_off(r: int) -> Opened:
-        return _adds(batch, _each(_ours_add(pg.store_off, f"append-{r}"))), _nothing
+    def ours(store: Any) -> Callable[[int], Opened]:
+        return lambda r: (_adds(batch, _each(_ours_add(store, f"append-{r}"))), _nothing)
 
     def langchain(r: int) -> Opened:
         pg.lc_tables()
@@ -540,8 +537,8 @@ def pg_append(messages: Sequence[Pair], s: Settings, pg: PgCell) -> Cell:
 
     title = f"PostgreSQL append, one call per message ({n:,} messages per run)"
     return _cell("pg_append", title, "msg", True, n, [
-        ("chathistory PostgresStore", "ours", "defaults", ours),
-        (OFF_NAME, "info", "?search=off: no search index (not judged)", ours_off),
+        ("chathistory PostgresStore", "ours", "defaults", ours(pg.store)),
+        (OFF_NAME, "info", "?search=off: no search index (not judged)", ours(pg.store_off)),
         ("langchain-postgres PostgresChatMessageHistory", "peer",
          "add_message, sync psycopg connection (commits each call)", langchain),
         ("psycopg INSERT", "floor", "autocommit: each INSERT its own committed transaction",
@@ -558,10 +555,10 @@ def pg_threads(messages: Sequence[Pair], s: Settings, pg: PgCell) -> Cell:
     total = THREADS * per
     lc_conns = [pg.connect(autocommit=False) for _ in range(THREADS)]
     raw_conns = [pg.connect(autocommit=True) for _ in range(THREADS)]
-    ours = _threaded(work, lambda tag, i: (
-        _each(_ours_add(pg.store, f"threads-{tag}-{i}")), _nothing))
-    ours_off = _threaded(work, lambda tag, i: (
-        _each(_ours_add(pg.store_off, f"threads-{tag}-{i}")), _nothing))
+
+    def ours(store: Any) -> Callable[[int], Opened]:
+        return _threaded(work, lambda tag, i: (
+            _each(_ours_add(store, f"threads-{tag}-{i}")), _nothing))
     lc_open = _threaded(work, lambda tag, i: (_each(pg.lc_add(lc_conns[i])), _nothing))
 
     def langchain(r: int) -> Opened:
@@ -573,8 +570,8 @@ def pg_threads(messages: Sequence[Pair], s: Settings, pg: PgCell) -> Cell:
              "each, one per call)")
     return _cell("pg_threads", title, "msg", False, per, [
         ("chathistory PostgresStore", "ours", "one store (its pool) shared by the threads",
-         ours),
-        (OFF_NAME, "info", "?search=off: no search index (not judged)", ours_off),
+         ours(pg.store)),
+        (OFF_NAME, "info", "?search=off: no search index (not judged)", ours(pg.store_off)),
         ("langchain-postgres PostgresChatMessageHistory", "peer",
          "a history and a connection per thread", langchain),
         ("psycopg INSERT", "floor", "autocommit, a connection per thread", raw)],

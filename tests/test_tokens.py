@@ -108,20 +108,34 @@ def holding_the_gil(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tokens, "_fastokens_count", lambda encoding: None)
 
 
+_BUILDS = {"fastokens": tokens._fastokens_count, "tiktoken": tokens._tiktoken_count}
+
+
+def _built(package: str) -> dict[str, Any]:
+    """``package``'s count for each encoding, built from bpe-openai's tables."""
+    pytest.importorskip(package)
+    return {name: _BUILDS[package](name) for name in ("o200k_base", "cl100k_base")}
+
+
 @pytest.fixture(scope="module")
 def fastokens_counts() -> dict[str, Any]:
-    pytest.importorskip("fastokens")
-    return {name: tokens._fastokens_count(name) for name in ("o200k_base", "cl100k_base")}
+    return _built("fastokens")
+
+
+@pytest.fixture(scope="module", params=sorted(_BUILDS))
+def gil_free_counts(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return _built(request.param)
 
 
 @settings(max_examples=300, deadline=None)
 @given(text=_SHARED_TEXTS, name=st.sampled_from(["o200k_base", "cl100k_base"]))
-def test_fastokens_counts_as_bpe_openai_does(
-        fastokens_counts: dict[str, Any], text: str, name: str) -> None:
-    """fastokens, built from bpe-openai's tables with tiktoken's split pattern, counts
-    what bpe-openai counts (and so tiktoken: the test above), special-token text
-    included."""
-    assert fastokens_counts[name](text) == tokens._bpe_openai_count(name)(text)
+def test_the_gil_free_counts_count_as_bpe_openai_does(
+        gil_free_counts: dict[str, Any], text: str, name: str) -> None:
+    """The counts that let the GIL go, fastokens (for a thread alone) and tiktoken (for
+    long texts while threads count at once), each built from bpe-openai's tables with
+    tiktoken's split pattern and without tiktoken's download, count what bpe-openai
+    counts (and so tiktoken: the test above), special-token text included."""
+    assert gil_free_counts[name](text) == tokens._bpe_openai_count(name)(text)
 
 
 def test_fastokens_counts_long_texts_as_bpe_openai_does(
@@ -159,22 +173,6 @@ def test_without_fastokens_the_counter_counts_with_bpe_openai(
     counter = EncodingCounter("o200k_base")
     assert counter.count_text("hello world") == 2
     assert counter._fast is None and counter._count is not None
-
-
-@pytest.fixture(scope="module")
-def shared_counts() -> dict[str, Any]:
-    pytest.importorskip("tiktoken")
-    return {name: tokens._tiktoken_count(name) for name in ("o200k_base", "cl100k_base")}
-
-
-@settings(max_examples=300, deadline=None)
-@given(text=_SHARED_TEXTS, name=st.sampled_from(["o200k_base", "cl100k_base"]))
-def test_the_counter_threads_share_counts_as_bpe_openai_does(
-        shared_counts: dict[str, Any], text: str, name: str) -> None:
-    """The GIL-free count (tiktoken, built from bpe-openai's tables without tiktoken's
-    download) is the same count as bpe-openai's, special-token text included."""
-    counter = EncodingCounter(name)
-    assert shared_counts[name](text) == counter._load()(text)
 
 
 def _two_threads_take_turns(counter: EncodingCounter, text: str) -> list[int]:
