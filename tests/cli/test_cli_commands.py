@@ -221,11 +221,11 @@ def test_migrate(cli: Run, tmp_path: Path) -> None:
     first = cli("migrate", "--json", "--store", url).json()
     assert first["backend"] == "SQLiteStore"
     steps = ["m001_initial", "m002_updated_at", "m003_regroup", "m004_search",
-             "m005_search_watermarks"]
-    assert first["schema_version"] == 5 and first["migrations"] == steps
+             "m005_search_watermarks", "m006_search_tenant_column"]
+    assert first["schema_version"] == 6 and first["migrations"] == steps
     assert first["applied_now"] == steps and first["up_to_date"]
     again = cli("migrate", "--store", url).out
-    assert "schema version 5 (m005_search_watermarks), nothing to apply" in again
+    assert "schema version 6 (m006_search_tenant_column), nothing to apply" in again
     memory = cli("migrate", "--store", "memory://").out
     assert "MemoryStore has no schema migrations" in memory
 

@@ -1,6 +1,6 @@
 """SQLite's search index (issue 22, ``sqlite_search.py``): searches are answered by the
 FTS5 index (the scan is never reached), find what the reference finds, never leave the
-tenant even when two tenants' prefixes collide, and the index holds exactly the words
+tenant even when two tenants' tokens collide, and the index holds exactly the words
 of the stored rows after every path that writes or removes rows; ``search=off``, a
 stale index, and the resumable build of an existing database."""
 
@@ -55,17 +55,19 @@ def _no_scan(monkeypatch: pytest.MonkeyPatch, store: SQLiteStore) -> None:
     monkeypatch.setattr(store, "_scan_search", refuse)
 
 
-def index_content(store: SQLiteStore) -> Content:
-    """``(rowid, token, position)`` of every word in the FTS5 table."""
+def index_content(store: SQLiteStore, column: str = "words") -> Content:
+    """``(rowid, token, position)`` of every token in a column of the FTS5 table."""
     conn = store._conn
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.search_vocab "
                  "USING fts5vocab(main, search_words, instance)")
-    return set(conn.execute("SELECT doc, term, offset FROM temp.search_vocab").fetchall())
+    return set(conn.execute("SELECT doc, term, offset FROM temp.search_vocab WHERE col = ?",
+                            (column,)).fetchall())
 
 
-def expected_content(store: SQLiteStore) -> Content:
-    """What the index must hold: every stored row that is not pending, its words with
-    its tenant's prefix, at their positions."""
+def expected_content(store: SQLiteStore, column: str = "words") -> Content:
+    """What the index must hold: every stored row that is not pending, its words at
+    their positions (``words``), or its tenant's token (``tenant``: every row with
+    indexed text, with words or not)."""
     conn = store._conn
     pending = left_rows(store)
     out: Content = set()
@@ -76,17 +78,21 @@ def expected_content(store: SQLiteStore) -> Content:
         at = num << 32 | seq
         if at in pending:
             continue
-        prefix = sqlite_search.tenant_prefix(tenant)
+        if column == "tenant":
+            if sqlite_search.indexed_text(data):
+                out.add((at, sqlite_search.tenant_token(tenant), 0))
+            continue
         found = index_words(data)
-        out.update((at, prefix + w, k) for k, w in enumerate(found.split(" ") if found else ()))
+        out.update((at, w, k) for k, w in enumerate(found.split(" ") if found else ()))
     return out
 
 
 def assert_index_matches_rows(store: SQLiteStore) -> None:
     with store._lock:  # between the indexer thread's transactions
         assert index_content(store) == expected_content(store)
+        assert index_content(store, "tenant") == expected_content(store, "tenant")
         docs = store._conn.execute("SELECT count(*) FROM search_words_docsize").fetchone()[0]
-        assert docs == len({at for at, _t, _k in index_content(store)})
+        assert docs == len(index_content(store, "tenant"))
         store._conn.execute("INSERT INTO search_words (search_words) VALUES ('integrity-check')")
 
 
@@ -225,28 +231,82 @@ def test_the_index_finds_what_the_reference_finds(shared: SQLiteStore, texts: li
 # ---------------------------------------------------------------- the tenant
 
 
-def test_tokens_carry_the_tenant(store: SQLiteStore) -> None:
-    prefixes = {sqlite_search.tenant_prefix(t) for t in ("a", "b", "default", "ü", "")}
-    assert len(prefixes) == 5
+def test_each_row_carries_its_tenant_token(store: SQLiteStore) -> None:
+    tokens = {sqlite_search.tenant_token(t) for t in ("a", "b", "default", "ü", "")}
+    assert len(tokens) == 5
     assert all(len(p) == 12 and p.isascii() and p.isalnum() and p == p.lower()
-               for p in prefixes)
+               for p in tokens)
     store.create_session("x", tenant="t1")
     store.create_session("x", tenant="t2")
-    store.append("x", [Message.user("zebra one")], tenant="t1")
+    store.append("x", [Message.user("Zebra, one!")], tenant="t1")
     store.append("x", [Message.user("zebra two")], tenant="t2")
     store.search("flush", tenant="t1")
-    tokens = {term for _at, term, _k in index_content(store)}
-    one, two = sqlite_search.tenant_prefix("t1"), sqlite_search.tenant_prefix("t2")
-    assert tokens == {one + "zebra", one + "one", two + "zebra", two + "two"}
-    expression = sqlite_search.match_expression(one, parse_query('zeb* "a b" c'))
-    assert expression == f'"{one}zeb" * AND "{one}a {one}b" AND "{one}c"'
+    one, two = sqlite_search.tenant_token("t1"), sqlite_search.tenant_token("t2")
+    assert {term for _at, term, _k in index_content(store)} == {"zebra", "one", "two"}
+    assert {term for _at, term, _k in index_content(store, "tenant")} == {one, two}
+    query = parse_query('zeb* "a b" c')
+    assert sqlite_search.match_expression("t1", query) == (
+        f'tenant : "{one}" AND words : ("zeb" * AND "a b" AND "c")')
+    assert sqlite_search.match_expression(None, query) == 'words : ("zeb" * AND "a b" AND "c")'
+    # a word of the text that is a tenant's token is a word, in the words column only
+    store.append("x", [Message.user(f"the token {two} written by t1")], tenant="t1")
+    assert [h.message.text for h in store.search(two, tenant="t1").items] == [
+        f"the token {two} written by t1"]
+    assert store.search(two, tenant="t2").items == []
 
 
-def test_a_search_never_leaves_its_tenant_even_when_prefixes_collide(
+def test_a_word_common_in_other_tenants_still_finds_the_tenants_own_rows(
+        store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search over a tenant reads the words alone while fewer than ``RANK_LIMIT`` rows
+    of all tenants match, and with the tenant's token past it: other tenants' newer
+    matches never crowd out the tenant's own."""
+    monkeypatch.setattr(sqlite_search, "RANK_LIMIT", 3)
+    store.create_session("mine", tenant="a")
+    store.append("mine", [Message.user("okapi first"), Message.user("okapi second")],
+                 tenant="a")
+    store.create_session("rare", tenant="a")
+    store.append("rare", [Message.user("tapir here")], tenant="a")
+    for k in range(5):
+        store.create_session(f"theirs{k}", tenant="b")
+        store.append(f"theirs{k}", [Message.user(f"okapi of b {k}")], tenant="b")
+    _no_scan(monkeypatch, store)
+    assert {h.message.text for h in store.search("okapi", tenant="a").items} == {
+        "okapi first", "okapi second"}
+    assert sqlite_search.match_expression(None, parse_query("tapir")) == (
+        store._tenant_match("a", parse_query("tapir")))  # few matches: the words alone
+    assert "tenant :" in store._tenant_match("a", parse_query("okapi"))
+    assert store._b_search_sessions("a", parse_query("okapi"), None, 10) == {"mine"}
+    assert store._b_search_sessions("a", parse_query("tapir"), None, 10) == {"rare"}
+    assert {h.message.text for h in store.search("okapi", tenant="b", limit=10).items} == {
+        f"okapi of b {k}" for k in (2, 3, 4)}  # its RANK_LIMIT newest
+
+
+def test_scores_are_the_rows_own_and_do_not_move_with_other_tenants(
+        store: SQLiteStore) -> None:
+    """Over the tenant a hit scores ``1 / (1 + its words)``: the shortest rows with the
+    query's words first, and nothing another tenant writes moves a score (BM25's counts
+    over the whole table would: rows, their length, the rows holding each word)."""
+    store.create_session("s", tenant="a")
+    texts = ["ibex", "the ibex runs", "an ibex, an ibex and a goat"]
+    store.append("s", [Message.user(t) for t in reversed(texts)], tenant="a")
+
+    def scores() -> list[tuple[str, float]]:
+        return [(h.message.text, h.score) for h in store.search("ibex", tenant="a").items]
+
+    before = scores()
+    assert before == [(t, 1 / (1 + len(words(t)))) for t in texts]
+    store.create_session("t", tenant="b")
+    store.append("t", [Message.user("ibex " * k + "elsewhere " * 50) for k in range(1, 40)],
+                 tenant="b")
+    assert len(store.search("ibex", tenant="b", limit=50).items) == 39
+    assert scores() == before
+
+
+def test_a_search_never_leaves_its_tenant_even_when_tokens_collide(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The tenant is also in the join: tenants whose tokens were the same still see
     only their own rows."""
-    monkeypatch.setattr(sqlite_search, "tenant_prefix", lambda tenant: "tsameforall0")
+    monkeypatch.setattr(sqlite_search, "tenant_token", lambda tenant: "tsameforall0")
     store = SQLiteStore(tmp_path / "c.db", counter="approx")
     for tenant in ("t1", "t2"):
         store.create_session("same", tenant=tenant, user="u")
@@ -341,14 +401,12 @@ def test_a_flush_uses_words_cut_beforehand_only_for_the_same_data(store: SQLiteS
     store.create_session("s")
     store.append("s", [Message.user("real words"), Message.user("second one")])
     first, second = sorted(left_rows(store))
-    prefix = sqlite_search.tenant_prefix("default")
-    stale = {first: (b"{}", prefix + "bogus"),  # cut from other data: cut again
-             second: (store._b_rows("default", "s", 1, 2)[0].data, prefix + "trusted")}
+    stale = {first: (b"{}", "bogus"),  # cut from other data: cut again
+             second: (store._b_rows("default", "s", 1, 2)[0].data, "trusted")}
     with store.atomic() as conn:
         assert sqlite_search.flush(conn, 10, stale) == 2
     tokens = {(at, term) for at, term, _k in index_content(store)}
-    assert tokens == {(first, prefix + "real"), (first, prefix + "words"),
-                      (second, prefix + "trusted")}
+    assert tokens == {(first, "real"), (first, "words"), (second, "trusted")}
 
 
 @pytest.mark.parametrize("handed", [True, False], ids=["handed-off", "read-back"])
@@ -435,9 +493,9 @@ def test_appended_rows_are_indexed_from_memory(store: SQLiteStore,
     cut: list[bytes] = []
     real = sqlite_search.indexed_text
 
-    def counting(prefix: str, data: bytes) -> str:
+    def counting(data: bytes) -> str:
         cut.append(data)
-        return real(prefix, data)
+        return real(data)
 
     monkeypatch.setattr(sqlite_search, "indexed_text", counting)
     monkeypatch.setattr(sqlite_search, "HANDOFF_ROW_BYTES", 600)
@@ -692,7 +750,7 @@ def _old_database(path: Path, sessions: int, per_session: int) -> None:
         for table in ("search_words", "search_sessions", "search_dirty", "search_state"):
             conn.execute(f"DROP TABLE {table}")
         conn.execute("DELETE FROM migrations WHERE name IN ('m004_search', "
-                     "'m005_search_watermarks')")
+                     "'m005_search_watermarks', 'm006_search_tenant_column')")
     conn.close()
 
 
@@ -821,6 +879,36 @@ def test_the_fast_cut_of_ascii_text_is_words(text: str) -> None:
     assert words(text) == search._WORD.findall(search._fold(text))
 
 
+@pytest.fixture(scope="module")
+def fts_table() -> Iterator[sqlite3.Connection]:
+    """An FTS5 table made as the index's, and its tokens by position."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(words, tenant, content='', "
+                 "tokenize='ascii', detail=full)")
+    conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[
+    HealthCheck.function_scoped_fixture])
+@given(text=st.text(st.characters(max_codepoint=127)) | st.text() | _MOSTLY_ASCII)
+def test_fts5_cuts_the_indexed_text_into_words(fts_table: sqlite3.Connection,
+                                               text: str) -> None:
+    """The ``words`` column is given ASCII text as it is, for FTS5's ascii tokenizer to
+    cut (and other text as its words joined by spaces): the tokens it holds are exactly
+    ``words``, in order (a change to ``words`` that cuts ASCII otherwise fails here)."""
+    with fts_table:
+        fts_table.execute("INSERT INTO t (rowid, words, tenant) VALUES (1, ?, 'tok')",
+                          (sqlite_search.fts_text(text),))
+        tokens = [term for term, in fts_table.execute(
+            "SELECT term FROM v WHERE col = 'words' ORDER BY offset")]
+        fts_table.execute("INSERT INTO t (t) VALUES ('delete-all')")
+    assert tokens == words(text)
+
+
 def test_a_text_of_many_distinct_characters_is_folded_without_testing_each(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Past ``_CUTS_ONLY_CHARS`` distinct characters that are not ASCII, a text goes
@@ -879,7 +967,8 @@ def test_query_plans_stay_on_the_index(store: SQLiteStore) -> None:
                 user=sqlite_search._USER if user else ""),
             after=sqlite_search._AFTER, row=SQLiteStore.row_columns)
         plan = [row[3] for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
-        assert "SCAN search_words VIRTUAL TABLE INDEX 192:M1" in plan, plan  # newest first
+        # newest first (M2: the MATCH is on the table's hidden column, after its two)
+        assert "SCAN search_words VIRTUAL TABLE INDEX 192:M2" in plan, plan
         assert not any(p.split()[:2] in (["SCAN", "m"], ["SCAN", "ss"], ["SCAN", "us"],
                                          ["SCAN", "se"]) for p in plan), plan
         assert plan.count("USE TEMP B-TREE FOR ORDER BY") == 2, plan  # the candidates, then
@@ -994,9 +1083,9 @@ def test_the_per_row_list_of_an_older_database_becomes_watermarks(tmp_path: Path
             at = nums[sid] << 32 | seq
             data = conn.execute("SELECT data FROM messages WHERE tenant = ? AND session_id = ? "
                                 "AND seq = ?", (tenant, sid, seq)).fetchone()[0]
-            conn.execute("INSERT INTO search_words (search_words, rowid, words) VALUES "
-                         "('delete', ?, ?)", (at, sqlite_search.indexed_text(
-                             sqlite_search.tenant_prefix(tenant), data)))
+            conn.execute("INSERT INTO search_words (search_words, rowid, words, tenant) "
+                         "VALUES ('delete', ?, ?, ?)", (at, sqlite_search.indexed_text(data),
+                                                        sqlite_search.tenant_token(tenant)))
             conn.execute("INSERT INTO search_pending (id) VALUES (?)", (at,))
         conn.execute("DROP TABLE search_dirty")
         conn.execute("DELETE FROM migrations WHERE name = 'm005_search_watermarks'")
@@ -1012,6 +1101,45 @@ def test_the_per_row_list_of_an_older_database_becomes_watermarks(tmp_path: Path
         assert len(store.search("quince", limit=20, tenant="t").items) == 3
         assert_index_matches_rows(store)
         assert store._conn.execute("SELECT count(*) FROM search_dirty").fetchone()[0] == 0
+    finally:
+        store.close()
+
+
+def test_an_index_of_prefixed_words_is_built_again_with_the_tenant_column(
+        tmp_path: Path) -> None:
+    """A database of m005 (each word carried its tenant's prefix, one column) opens with
+    the table made again in two columns and, small as it is, built on open: searches
+    find every row, within their tenant, from the index alone."""
+    path = tmp_path / "m005.db"
+    store = SQLiteStore(path, counter="approx")
+    for tenant in ("default", "t"):
+        store.create_session("a", tenant=tenant)
+        store.append("a", [Message.user(f"quince {tenant} {k}") for k in range(4)],
+                     tenant=tenant)
+    store.close()
+    conn = sqlite3.connect(path)
+    with conn:  # as m005 left it: the one-column table of prefixed words
+        conn.execute("DROP TABLE search_words")
+        conn.execute("CREATE VIRTUAL TABLE search_words USING fts5(words, content='', "
+                     "tokenize='ascii', detail=full)")
+        conn.execute("INSERT INTO search_words (rowid, words) VALUES (?, ?)",
+                     (1 << 32, "tabcdefghijkquince"))
+        conn.execute("INSERT OR REPLACE INTO search_dirty (num, from_seq) VALUES (1, 3)")
+        conn.execute("DELETE FROM migrations WHERE name = 'm006_search_tenant_column'")
+    conn.close()
+    store = SQLiteStore(path, counter="approx")
+    try:
+        assert store.search_index_state().state == "ready"
+        columns = [r[1] for r in store._conn.execute("PRAGMA table_info(search_words)")]
+        assert columns == ["words", "tenant"]
+        assert store._conn.execute("SELECT count(*) FROM search_dirty").fetchone() == (0,)
+        assert_index_matches_rows(store)
+        for tenant in ("default", "t"):
+            hits = store._b_search(tenant, parse_query("quince"), None, None, None, 10)
+            assert hits is not None
+            assert sorted(row.seq for _s, _sid, _seq, row in hits) == [0, 1, 2, 3]
+            assert {h.message.text.split()[1] for h in store.search(
+                "quince", tenant=tenant, limit=10).items} == {tenant}
     finally:
         store.close()
 

@@ -40,8 +40,8 @@ from .model import DEFAULT_TENANT, MESSAGE_DECODER, Row, Session
 from .reads import Reads
 
 __all__ = ["MAX_TERMS", "WORDS_VERSION", "Query", "SearchHit", "SearchPage", "Searching", "Term",
-           "index_words", "indexed_words", "matching_rows", "parse_query", "rank_key",
-           "row_test", "search_text", "snippet", "words"]
+           "index_words", "indexed_source", "indexed_words", "matching_rows", "parse_query",
+           "rank_key", "row_test", "search_text", "snippet", "words"]
 
 WORDS_VERSION = 1
 """The version of ``index_words`` the index holds. A release whose ``search_text`` or
@@ -209,13 +209,19 @@ INDEX_CHARS = 200_000
 through an index misses words past the cut; the scans read them."""
 
 
-def indexed_words(data: bytes) -> list[str]:
-    """The words an index holds for a stored row (``Row.data``), in order."""
+def indexed_source(data: bytes) -> str:
+    """The text an index holds the words of for a stored row (``Row.data``): its search
+    text, cut at ``INDEX_CHARS``."""
     text = search_text(MESSAGE_DECODER.decode(data))
     if len(text) > INDEX_CHARS:
         cut = text.rfind(" ", INDEX_CHARS // 2, INDEX_CHARS + 1)
         text = text[:cut if cut > 0 else INDEX_CHARS]
-    return words(text)
+    return text
+
+
+def indexed_words(data: bytes) -> list[str]:
+    """The words an index holds for a stored row (``Row.data``), in order."""
+    return words(indexed_source(data))
 
 
 def index_words(data: bytes) -> str:

@@ -1,15 +1,20 @@
 """SQLite's search index (issue 22): an FTS5 table of every message's words, kept with
-the messages, scoped to the tenant by its very tokens.
+the messages, scoped to the tenant by a token of each row.
 
-What is indexed is ``search.index_words`` of each row (the one tokenizer of every
-backend), each word prefixed with a token of the row's tenant (``tenant_prefix``: 12
-letters and digits from a SHA-256 of its name), in a contentless FTS5 table
-(``search_words``, ``tokenize='ascii'``: the words arrive folded, and the ascii
-tokenizer takes every non-ASCII character as a letter, so its tokens are exactly those
-words). A query's words get the caller's tenant prefix too, so a search can only match
-its own tenant's words (and its hits are joined on the tenant besides). A row's FTS
-rowid is ``num << 32 | seq``, ``num`` numbering sessions in ``search_sessions``: a
-session's rows are one rowid range, and the index stores no key text per message.
+What is indexed is ``search.indexed_words`` of each row (the one tokenizer of every
+backend), in a contentless FTS5 table (``search_words``, ``tokenize='ascii'``) of two
+columns: ``words``, the row's text as ``indexed_text`` gives it (ASCII text as it is,
+which the ascii tokenizer cuts as ``words`` does; other text its words, folded, joined
+by spaces: the tokenizer takes every non-ASCII character as a letter), and ``tenant``,
+one token of the row's tenant (``tenant_token``: 12 letters and digits from a SHA-256
+of its name). A search over a tenant requires the caller's tenant token in that column
+(and its hits are joined on the tenant besides); one within sessions reads their rowid
+ranges, sessions of the caller's tenant. A row's FTS rowid is ``num << 32 | seq``,
+``num`` numbering sessions in ``search_sessions``: a session's rows are one rowid range,
+and the index stores no key text per message. (Until m006 each word carried the tenant
+as a prefix: the words were cut and joined in Python, and each tenant's words were
+terms of their own, which made the index's inserts three times as costly with 50
+tenants as with one.)
 
 An append does not tokenize: its rows are left to index, and they are indexed a batch at
 a time: by the store's indexer thread, which an append that leaves ``FLUSH_AT`` rows to
@@ -62,12 +67,21 @@ from typing import Any, NamedTuple, TypeVar
 
 from .backend import Span
 from .model import Row, Session
-from .search import WORDS_VERSION, Cursor, Query, indexed_words, matching_rows, ranked_after
+from .search import (
+    WORDS_VERSION,
+    Cursor,
+    Query,
+    indexed_source,
+    matching_rows,
+    ranked_after,
+    words,
+)
 
 __all__ = ["AUTO_BUILD_ROWS", "BACKLOG", "FLUSH_AT", "FLUSH_BYTES", "HANDOFF_BYTES",
-           "HANDOFF_ROW_BYTES", "QUIET_S", "RANK_LIMIT", "SPAN_CANDIDATES", "WORDS_VERSION",
-           "WRITTEN_SESSIONS", "IndexState", "IndexedSearch", "Known", "Pended",
-           "match_expression", "tenant_prefix", "valid_known"]
+           "HANDOFF_ROW_BYTES", "QUIET_S", "RANK_LIMIT", "SCORE", "SPAN_CANDIDATES",
+           "WORDS_VERSION", "WORD_COUNT", "WRITTEN_SESSIONS", "IndexState", "IndexedSearch",
+           "Known", "Pended", "fts_text", "indexed_text", "match_expression", "tenant_token",
+           "valid_known"]
 
 log = logging.getLogger("chathistory.stores")
 T = TypeVar("T")
@@ -186,30 +200,43 @@ class IndexState(NamedTuple):
             self.position is not None and (tenant, session_id, seq) <= self.position)
 
 
-def tenant_prefix(tenant: str) -> str:
-    """The token every indexed word of ``tenant`` starts with: ``t`` and 11 base32
+@functools.lru_cache(maxsize=4096)
+def tenant_token(tenant: str) -> str:
+    """The token of ``tenant`` in the ``tenant`` column of its rows: ``t`` and 11 base32
     characters of the SHA-256 of its name (55 bits; hits are joined on the tenant as
     well, so even a collision would find nothing of the other tenant)."""
     digest = hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).digest()
     return "t" + base64.b32encode(digest).decode("ascii")[:11].lower()
 
 
-def indexed_text(prefix: str, data: bytes) -> str:
-    """What the FTS5 table holds for a stored row: the words of ``index_words``, each
-    with the tenant's prefix."""
-    found = indexed_words(data)
-    return prefix + (" " + prefix).join(found) if found else ""
+def indexed_text(data: bytes) -> str:
+    """What the FTS5 table's ``words`` column holds for a stored row: text that its
+    ``ascii`` tokenizer cuts into exactly the words of ``search.indexed_words``. ASCII
+    text is given as it is: the tokenizer cuts it as ``words`` does (letters and digits,
+    lowercased; a property test checks it), in C, where cutting and joining the words in
+    Python cost 23 us of a ShareGPT message's 66 us of indexing. Other text is given
+    as its words joined by spaces (folded: the tokenizer takes every character that is
+    not ASCII as a letter)."""
+    return fts_text(indexed_source(data))
 
 
-def match_expression(prefix: str, query: Query) -> str:
-    """The FTS5 query: each term a quoted phrase of prefixed words (``"…" *`` for a
-    prefix term), all of them required. Words hold letters and digits only: nothing
-    in them is FTS5 syntax."""
+def fts_text(text: str) -> str:
+    """``text`` as the ``words`` column takes it (``indexed_text``)."""
+    return text if text.isascii() else " ".join(words(text))
+
+
+def match_expression(tenant: str | None, query: Query) -> str:
+    """The FTS5 query: each term a quoted phrase of its words in the ``words`` column
+    (``"…" *`` for a prefix term), all of them required, and with ``tenant`` the
+    tenant's token in the ``tenant`` column (a search over a tenant; one within rowid
+    ranges, its own sessions', needs none). Words hold letters and digits only, and a
+    token letters and digits: nothing in them is FTS5 syntax."""
     phrases = []
     for term in query.terms:
-        phrase = '"' + " ".join(prefix + w for w in term.words) + '"'
+        phrase = '"' + " ".join(term.words) + '"'
         phrases.append(phrase + " *" if term.prefix else phrase)
-    return " AND ".join(phrases)
+    found = "words : (" + " AND ".join(phrases) + ")"
+    return found if tenant is None else f'tenant : "{tenant_token(tenant)}" AND {found}'
 
 
 def _rowid(num: int, seq: int) -> int:
@@ -217,6 +244,27 @@ def _rowid(num: int, seq: int) -> int:
 
 
 # ---------------------------------------------------------------- statements
+
+
+def _docsize_byte(i: int) -> str:
+    """SQL: byte ``i`` of a row's FTS5 sizes (``search_words_docsize.sz AS d``)."""
+    digit = "instr('0123456789ABCDEF', substr(hex(d.sz), {}, 1)) - 1"
+    return f"(({digit.format(2 * i + 1)}) * 16 + {digit.format(2 * i + 2)})"
+
+
+_B0, _B1, _B2 = (_docsize_byte(i) for i in range(3))
+WORD_COUNT = (f"(CASE WHEN {_B0} < 128 THEN {_B0} WHEN {_B1} < 128 THEN ({_B0} - 128) * 128 "
+              f"+ {_B1} ELSE (({_B0} - 128) * 128 + {_B1} - 128) * 128 + {_B2} END)")
+"""SQL: the words of a row (``search_words_docsize AS d``): the first of its sizes, one
+a column, each a varint (7 bits a byte, high bit first, the top bit set on every byte
+but the last); a row holds fewer than 2**21 words (``search.INDEX_CHARS``), three bytes."""
+SCORE = f"1.0 / (1 + {WORD_COUNT})"
+"""SQL: a hit's score over the tenant (higher is better): the reference's damping by
+length without its count of hits, as PostgreSQL's (``1 / sqrt(1 + bytes)``): the rows
+with the fewest words that have the query's rank first. Not BM25: its weights are
+counts over the whole table, every tenant's (rows, their average length, the rows that
+hold each word), and a score that moved with them would tell a tenant about the
+others' messages."""
 
 _STATE = "SELECT state, words, tenant, session_id, seq, done FROM search_state"
 _MARK_STALE = ("UPDATE search_state SET state = 'stale', tenant = NULL, session_id = NULL, "
@@ -233,8 +281,9 @@ _NEW_NUM = "INSERT INTO search_sessions (tenant, session_id) VALUES (?, ?) RETUR
 # a session turns from indexed to not: its rows from this one on are left to index (a
 # watermark already there is lower: it stays)
 _DIRTY = "INSERT OR IGNORE INTO search_dirty (num, from_seq) VALUES (?, ?)"
-_INDEX = "INSERT INTO search_words (rowid, words) VALUES (?, ?)"
-_UNINDEX = "INSERT INTO search_words (search_words, rowid, words) VALUES ('delete', ?, ?)"
+_INDEX = "INSERT INTO search_words (rowid, words, tenant) VALUES (?, ?, ?)"
+_UNINDEX = ("INSERT INTO search_words (search_words, rowid, words, tenant) "
+            "VALUES ('delete', ?, ?, ?)")
 # the sessions with rows left to index, in number order (a watermark without its
 # session's number: no path leaves one; it is dropped and logged)
 _WATERMARKS = ("SELECT d.num, d.from_seq, ss.tenant, ss.session_id FROM search_dirty AS d "
@@ -251,15 +300,17 @@ _NEXT_ROWS = "SELECT tenant, session_id, seq, data FROM messages{after} ORDER BY
 _AFTER_POSITION = " WHERE (tenant, session_id, seq) > (?, ?, ?)"
 
 # A search over the tenant: the RANK_LIMIT newest matches (an FTS5 rowid range read
-# backward), ranked by BM25 (higher is better), the tenant joined, keyset-paged.
-_CANDIDATES = ("SELECT search_words.rowid AS rid, -bm25(search_words) AS score "
+# backward), scored by their length in words (``SCORE``), the tenant joined, keyset-paged.
+_CANDIDATES = ("SELECT search_words.rowid AS rid "
                "FROM search_words{user_join} WHERE search_words MATCH :match{user} "
                "ORDER BY search_words.rowid DESC LIMIT :candidates")
 _USER_JOIN = (" CROSS JOIN search_sessions AS us ON us.num = search_words.rowid >> 32 "
               "CROSS JOIN sessions AS se ON se.tenant = us.tenant AND se.id = us.session_id")
 _USER = " AND us.tenant = :tenant AND se.user = :user"
-_RANKED = ("WITH cand AS MATERIALIZED ({candidates}), ranked AS (SELECT c.score AS score, "
-           "ss.session_id AS sid, c.rid & 4294967295 AS seq FROM cand AS c "
+_RANKED = ("WITH cand AS MATERIALIZED ({candidates}), scored AS (SELECT c.rid AS rid, "
+           f"{SCORE} AS score FROM cand AS c JOIN search_words_docsize AS d ON d.id = c.rid), "
+           "ranked AS (SELECT c.score AS score, "
+           "ss.session_id AS sid, c.rid & 4294967295 AS seq FROM scored AS c "
            "JOIN search_sessions AS ss ON ss.num = c.rid >> 32 WHERE ss.tenant = :tenant"
            "{after} ORDER BY c.score DESC, ss.session_id, seq LIMIT :limit) "
            "SELECT r.score, r.sid, {row} FROM ranked AS r CROSS JOIN messages AS m "
@@ -291,8 +342,13 @@ _IN_SPANS = (_SPANS_TABLE + "SELECT {what} FROM search_words CROSS JOIN sp "
 _SESSIONS_MATCHING = (_NUMS + " WHERE EXISTS (SELECT 1 FROM search_words WHERE "
                       "search_words MATCH :match AND rowid >= ss.num << 32 "
                       "AND rowid < (ss.num + 1) << 32) LIMIT :limit")
-_NEWEST_SESSIONS = ("SELECT DISTINCT search_words.rowid >> 32 FROM search_words WHERE "
-                    "search_words MATCH :match ORDER BY search_words.rowid DESC LIMIT :limit")
+_NEWEST_SESSIONS = ("SELECT DISTINCT search_words.rowid >> 32 FROM search_words "
+                    "CROSS JOIN search_sessions AS ss ON ss.num = search_words.rowid >> 32 "
+                    "WHERE search_words MATCH :match AND ss.tenant = :tenant "
+                    "ORDER BY search_words.rowid DESC LIMIT :limit")
+# how many rows match, at most :limit (in rowid order: read forward, FTS5's fast way)
+_MATCHING = ("SELECT count(*) FROM (SELECT rowid FROM search_words WHERE search_words "
+             "MATCH :match LIMIT :limit)")
 _SESSION_IDS = ("SELECT ss.num, ss.session_id FROM json_each(:nums) AS j CROSS JOIN "
                 "search_sessions AS ss ON ss.num = j.value WHERE ss.tenant = :tenant")
 
@@ -401,13 +457,13 @@ def unindex_rows(conn: sqlite3.Connection, state: IndexState, num: int, tenant: 
                  session_id: str, rows: Iterable[tuple[int, bytes]]) -> None:
     """In a write transaction: the session's rows ``(seq, data)`` taken out of the index,
     those it holds (covered by ``state``), given their words recomputed from the data."""
-    prefix = tenant_prefix(tenant)
+    token = tenant_token(tenant)
     gone = []
     for seq, data in rows:
         if state.covers(tenant, session_id, seq):
-            text = indexed_text(prefix, data)
+            text = indexed_text(data)
             if text:
-                gone.append((_rowid(num, seq), text))
+                gone.append((_rowid(num, seq), text, token))
     conn.executemany(_UNINDEX, gone)
 
 
@@ -469,13 +525,8 @@ def pending_texts(found: Sequence[tuple[int, str | None, bytes | None]]
                   ) -> dict[int, tuple[bytes, str]]:
     """Rows left to index (``Left.rows``), each row's rowid -> its data and what to
     index it by."""
-    prefixes: dict[str, str] = {}
-    out = {}
-    for at, tenant, data in found:
-        if tenant is not None and data is not None:
-            prefix = prefixes.get(tenant) or prefixes.setdefault(tenant, tenant_prefix(tenant))
-            out[at] = (data, indexed_text(prefix, data))
-    return out
+    return {at: (data, indexed_text(data)) for at, tenant, data in found
+            if tenant is not None and data is not None}
 
 
 def _move_marks(conn: sqlite3.Connection, marks: Mapping[int, int | None]) -> None:
@@ -505,9 +556,9 @@ def flush(conn: sqlite3.Connection, limit: int,
     fresh = pending_texts([row for row in left.rows
                            if prepared.get(row[0], (None,))[0] != row[2]])
     docs = []
-    for at, _tenant, data in left.rows:
+    for at, tenant, data in left.rows:
         num, seq = at >> _SEQ_BITS, at & _SEQ_MASK
-        if data is None:
+        if tenant is None or data is None:
             log.warning("search index: session number %d has a watermark and no session; "
                         "dropped", num)
             continue
@@ -515,7 +566,7 @@ def flush(conn: sqlite3.Connection, limit: int,
             continue  # the build's
         _data, text = fresh.get(at) or prepared[at]
         if text:
-            docs.append((at, text))
+            docs.append((at, text, tenant_token(tenant)))
     conn.executemany(_INDEX, docs)
     _move_marks(conn, left.marks)
     return left.taken()
@@ -543,11 +594,12 @@ def flush_handed(conn: sqlite3.Connection, texts: Mapping[int, tuple[bytes, str]
         if found is None:
             continue  # indexed already (a search's flush)
         from_seq, tenant, session_id = found
+        token = tenant_token(tenant)
         seq = from_seq
         while seq in seqs:
             at = _rowid(num, seq)
             if texts[at][1]:
-                docs.append((at, texts[at][1]))
+                docs.append((at, texts[at][1], token))
             taken.add(at)
             seq += 1
         if seq > from_seq:
@@ -586,9 +638,9 @@ def build_step(conn: sqlite3.Connection, batch: int) -> IndexState:
             num = _session_num(conn, tenant, session_id, create=True)
             assert num is not None
             nums[(tenant, session_id)] = num
-        text = indexed_text(tenant_prefix(tenant), data)
+        text = indexed_text(data)
         if text:
-            docs.append((_rowid(num, seq), text))
+            docs.append((_rowid(num, seq), text, tenant_token(tenant)))
     conn.executemany(_INDEX, docs)
     if len(rows) < batch:
         conn.execute("UPDATE search_state SET state = 'ready', tenant = NULL, "
@@ -903,9 +955,10 @@ class IndexedSearch:
                   ) -> list[tuple[float, str, int, Row]] | None:
         if not self._ready_index():
             return None
-        match = match_expression(tenant_prefix(tenant), query)
         if spans is not None:
-            return self._indexed_in_spans(tenant, query, match, spans, user, after, limit)
+            return self._indexed_in_spans(tenant, query, match_expression(None, query), spans,
+                                          user, after, limit)
+        match = self._tenant_match(tenant, query)
         params: dict[str, Any] = {"match": match, "tenant": tenant, "user": user,
                                   "candidates": RANK_LIMIT, "limit": limit}
         candidates = _CANDIDATES.format(user_join=_USER_JOIN if user is not None else "",
@@ -916,6 +969,17 @@ class IndexedSearch:
                              row=self.row_columns)
         return [(score, sid, row.seq, row)
                 for score, sid, row in self._fetch_keyed_rows(sql, params, 2)]
+
+    def _tenant_match(self, tenant: str, query: Query) -> str:
+        """The FTS5 query of a search over ``tenant``: the words alone when fewer than
+        ``RANK_LIMIT`` rows of any tenant match them (the hits, joined on the tenant, are
+        then all of the tenant's), else with the tenant's token. The token's doclist is
+        every row of the tenant, which FTS5 reads whole to walk it newest first: 3 ms
+        against 0.17 for a rare word at 100,000 messages (a count of the matches, read
+        forward, costs 0.1 ms for a rare word, 1-2 ms for a common one)."""
+        words_only = match_expression(None, query)
+        found = self._fetch(_MATCHING, {"match": words_only, "limit": RANK_LIMIT})[0][0]
+        return words_only if found < RANK_LIMIT else match_expression(tenant, query)
 
     def _indexed_in_spans(self, tenant: str, query: Query, match: str, spans: Sequence[Span],
                           user: str | None, after: Cursor | None, limit: int
@@ -965,10 +1029,15 @@ class IndexedSearch:
         session_ids = None if spans is None else [sid for sid, _lo, _hi in spans]
         if not self._ready_index():
             return None
-        match = match_expression(tenant_prefix(tenant), query)
         if session_ids is None:
-            found = self._fetch(_NEWEST_SESSIONS, {"match": match, "limit": limit})
-        elif any(term.prefix for term in query.terms):
+            found = self._fetch(_NEWEST_SESSIONS, {"match": self._tenant_match(tenant, query),
+                                                   "tenant": tenant, "limit": limit})
+        else:  # within sessions: their rowid ranges (the tenant's sessions') scope it
+            match = match_expression(None, query)
+            if not any(term.prefix for term in query.terms):
+                return {sid for sid, _num in self._fetch(_SESSIONS_MATCHING, {
+                    "ids": json.dumps(list(session_ids)), "tenant": tenant, "match": match,
+                    "limit": limit})}
             nums = self._fetch(_NUMS, {"ids": json.dumps(list(session_ids)), "tenant": tenant})
             if not nums:
                 return set()
@@ -976,10 +1045,6 @@ class IndexedSearch:
                 "SELECT DISTINCT num FROM (" + _IN_SPANS.format(what="sp.num") + ") LIMIT :limit",
                 {**self._spans_params(match, [(num, 0, _SEQ_MASK) for _sid, num in nums], -1),
                  "limit": limit})
-        else:
-            return {sid for sid, _num in self._fetch(_SESSIONS_MATCHING, {
-                "ids": json.dumps(list(session_ids)), "tenant": tenant, "match": match,
-                "limit": limit})}
         if not found:
             return set()
         return {sid for _num, sid in self._fetch(_SESSION_IDS, {
