@@ -112,7 +112,7 @@ AUTO_BUILD_ROWS = 20_000
 are left to index (about a second); a larger one is built by ``build_search_index``
 (``chathistory migrate``), and searches scan until it is ready."""
 RANK_LIMIT = 10_000
-"""A search over the tenant ranks (BM25) at most this many matches: those of the
+"""A search over the tenant ranks (``SCORE``) at most this many matches: those of the
 sessions created last."""
 SPAN_CANDIDATES = 500
 """A search within sessions ranks at most this many matches, shared between the
