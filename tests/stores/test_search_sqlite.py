@@ -272,13 +272,49 @@ def test_a_word_common_in_other_tenants_still_finds_the_tenants_own_rows(
     _no_scan(monkeypatch, store)
     assert {h.message.text for h in store.search("okapi", tenant="a").items} == {
         "okapi first", "okapi second"}
-    assert sqlite_search.match_expression(None, parse_query("tapir")) == (
-        store._tenant_match("a", parse_query("tapir")))  # few matches: the words alone
-    assert "tenant :" in store._tenant_match("a", parse_query("okapi"))
+    def match(word: str) -> str:
+        return store._read_with(lambda conn: sqlite_search.tenant_match(
+            conn, "a", parse_query(word)))
+
+    assert match("tapir") == sqlite_search.match_expression(None, parse_query("tapir"))
+    assert "tenant :" in match("okapi")  # few matches: the words alone; else the token
     assert store._b_search_sessions("a", parse_query("okapi"), None, 10) == {"mine"}
     assert store._b_search_sessions("a", parse_query("tapir"), None, 10) == {"rare"}
     assert {h.message.text for h in store.search("okapi", tenant="b", limit=10).items} == {
         f"okapi of b {k}" for k in (2, 3, 4)}  # its RANK_LIMIT newest
+
+
+def test_the_count_of_matches_and_the_search_read_one_snapshot(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows indexed by another connection between the count that chose the words alone
+    and the search itself do not push the tenant's own match out of the candidates."""
+    monkeypatch.setattr(sqlite_search, "RANK_LIMIT", 3)
+    path = tmp_path / "snap.db"
+    store, other = (SQLiteStore(path, counter="approx") for _ in range(2))
+    try:
+        store.create_session("mine", tenant="a")
+        store.append("mine", [Message.user("okapi of a")], tenant="a")
+        other.create_session("theirs", tenant="b")
+        other.append("theirs", [Message.user("okapi of b")], tenant="b")
+        store.search("flush", tenant="a")
+        real = sqlite_search.tenant_match
+        injected: list[bool] = []
+
+        def then_more(conn: sqlite3.Connection, tenant: str, query: Any) -> str:
+            match = real(conn, tenant, query)  # 2 matches: the words alone
+            if not injected:
+                injected.append(True)
+                other.append("theirs", [Message.user(f"okapi more {k}") for k in range(3)],
+                             tenant="b")
+                other.search("flush", tenant="b")  # indexed and committed meanwhile
+            return match
+
+        monkeypatch.setattr(sqlite_search, "tenant_match", then_more)
+        assert [h.message.text for h in store.search("okapi", tenant="a").items] == [
+            "okapi of a"]
+    finally:
+        store.close()
+        other.close()
 
 
 def test_scores_are_the_rows_own_and_do_not_move_with_other_tenants(

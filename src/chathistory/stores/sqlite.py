@@ -536,9 +536,9 @@ class SQLiteStore(IndexedSearch, BaseStore):
     def _rows_at(self, tenant: str, session_id: str, seqs: Sequence[int]) -> list[Row]:
         return self._fetch_rows(ROWS_AT, (_encode(list(seqs)), tenant, session_id))
 
-    def _fetch_keyed_rows(self, sql: str, params: Mapping[str, Any], keys: int
-                          ) -> list[tuple[Any, ...]]:
-        return [(*found[:keys], _rows([found[keys:]])[0]) for found in self._fetch(sql, params)]
+    def _keyed_rows(self, found: Iterable[Sequence[Any]], keys: int
+                    ) -> list[tuple[Any, ...]]:
+        return [(*one[:keys], _rows([one[keys:]])[0]) for one in found]
 
     def _b_seq_at_cum(self, tenant: str, session_id: str, cum: int) -> int | None:
         found = self._fetch(SEQ_AT_CUM, (tenant, session_id, cum, _SCAN))

@@ -80,8 +80,8 @@ from .search import (
 __all__ = ["AUTO_BUILD_ROWS", "BACKLOG", "FLUSH_AT", "FLUSH_BYTES", "HANDOFF_BYTES",
            "HANDOFF_ROW_BYTES", "QUIET_S", "RANK_LIMIT", "SCORE", "SPAN_CANDIDATES",
            "WORDS_VERSION", "WORD_COUNT", "WRITTEN_SESSIONS", "IndexState", "IndexedSearch",
-           "Known", "Pended", "fts_text", "indexed_text", "match_expression", "tenant_token",
-           "valid_known"]
+           "Known", "Pended", "fts_text", "in_snapshot", "indexed_text", "match_expression",
+           "tenant_match", "tenant_token", "valid_known"]
 
 log = logging.getLogger("chathistory.stores")
 T = TypeVar("T")
@@ -241,6 +241,31 @@ def match_expression(tenant: str | None, query: Query) -> str:
 
 def _rowid(num: int, seq: int) -> int:
     return num << _SEQ_BITS | seq
+
+
+def tenant_match(conn: sqlite3.Connection, tenant: str, query: Query) -> str:
+    """The FTS5 query of a search over ``tenant``, read on ``conn`` in the snapshot the
+    search then reads (``in_snapshot``): the words alone when fewer than ``RANK_LIMIT``
+    rows of any tenant match them (the hits, joined on the tenant, are then all of the
+    tenant's), else with the tenant's token. The token's doclist is every row of the
+    tenant, which FTS5 reads whole to walk it newest first: 3 ms against 0.17 for a rare
+    word at 100,000 messages (a count of the matches, read forward, costs 0.05-0.1 ms
+    for a rare word, 1-2 ms for a common one)."""
+    words_only = match_expression(None, query)
+    found = conn.execute(_MATCHING, {"match": words_only, "limit": RANK_LIMIT}).fetchone()[0]
+    return words_only if found < RANK_LIMIT else match_expression(tenant, query)
+
+
+def in_snapshot(conn: sqlite3.Connection, read: Callable[[sqlite3.Connection], T]) -> T:
+    """``read(conn)`` in one read transaction (one snapshot of the database, so that no
+    flush lands between its statements), or in the one ``conn`` is in already."""
+    if conn.in_transaction:
+        return read(conn)
+    conn.execute("BEGIN")
+    try:
+        return read(conn)
+    finally:
+        conn.execute("COMMIT")
 
 
 # ---------------------------------------------------------------- statements
@@ -681,10 +706,10 @@ class IndexedSearch:
         """The session's rows at these positions, ascending."""
         raise NotImplementedError
 
-    def _fetch_keyed_rows(self, sql: str, params: Mapping[str, Any], keys: int
-                          ) -> list[tuple[Any, ...]]:
-        """``sql``'s results: ``keys`` leading values, then a ``Row`` made of the
-        ``row_columns`` the statement selects after them."""
+    def _keyed_rows(self, found: Iterable[Sequence[Any]], keys: int
+                    ) -> list[tuple[Any, ...]]:
+        """A statement's results: ``keys`` leading values, then a ``Row`` made of the
+        ``row_columns`` it selects after them."""
         raise NotImplementedError
 
     row_columns: str
@@ -958,28 +983,21 @@ class IndexedSearch:
         if spans is not None:
             return self._indexed_in_spans(tenant, query, match_expression(None, query), spans,
                                           user, after, limit)
-        match = self._tenant_match(tenant, query)
-        params: dict[str, Any] = {"match": match, "tenant": tenant, "user": user,
-                                  "candidates": RANK_LIMIT, "limit": limit}
+        params: dict[str, Any] = {"tenant": tenant, "user": user, "candidates": RANK_LIMIT,
+                                  "limit": limit}
         candidates = _CANDIDATES.format(user_join=_USER_JOIN if user is not None else "",
                                         user=_USER if user is not None else "")
         if after is not None:
             params.update(score=after[0], session_id=after[1], seq=after[2])
         sql = _RANKED.format(candidates=candidates, after=_AFTER if after is not None else "",
                              row=self.row_columns)
-        return [(score, sid, row.seq, row)
-                for score, sid, row in self._fetch_keyed_rows(sql, params, 2)]
 
-    def _tenant_match(self, tenant: str, query: Query) -> str:
-        """The FTS5 query of a search over ``tenant``: the words alone when fewer than
-        ``RANK_LIMIT`` rows of any tenant match them (the hits, joined on the tenant, are
-        then all of the tenant's), else with the tenant's token. The token's doclist is
-        every row of the tenant, which FTS5 reads whole to walk it newest first: 3 ms
-        against 0.17 for a rare word at 100,000 messages (a count of the matches, read
-        forward, costs 0.1 ms for a rare word, 1-2 ms for a common one)."""
-        words_only = match_expression(None, query)
-        found = self._fetch(_MATCHING, {"match": words_only, "limit": RANK_LIMIT})[0][0]
-        return words_only if found < RANK_LIMIT else match_expression(tenant, query)
+        def read(conn: sqlite3.Connection) -> list[Any]:
+            return conn.execute(sql, {**params, "match": tenant_match(conn, tenant, query)}
+                                ).fetchall()
+
+        found = self._read_with(functools.partial(in_snapshot, read=read))
+        return [(score, sid, row.seq, row) for score, sid, row in self._keyed_rows(found, 2)]
 
     def _indexed_in_spans(self, tenant: str, query: Query, match: str, spans: Sequence[Span],
                           user: str | None, after: Cursor | None, limit: int
@@ -1030,8 +1048,12 @@ class IndexedSearch:
         if not self._ready_index():
             return None
         if session_ids is None:
-            found = self._fetch(_NEWEST_SESSIONS, {"match": self._tenant_match(tenant, query),
-                                                   "tenant": tenant, "limit": limit})
+            def newest(conn: sqlite3.Connection) -> list[Any]:
+                return conn.execute(_NEWEST_SESSIONS, {
+                    "match": tenant_match(conn, tenant, query), "tenant": tenant,
+                    "limit": limit}).fetchall()
+
+            found = self._read_with(functools.partial(in_snapshot, read=newest))
         else:  # within sessions: their rowid ranges (the tenant's sessions') scope it
             match = match_expression(None, query)
             if not any(term.prefix for term in query.terms):
