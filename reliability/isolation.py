@@ -556,8 +556,7 @@ SQL_FRAGMENTS: dict[str, dict[str, str]] = {
         "_NUMS": "a fixed query: the session ids come as a JSON parameter",
         "after": "'' or _AFTER_POSITION, a fixed WHERE fragment with ? placeholders",
         '_IN_SPANS.format(what="sp.num")': "a fixed query with a fixed column put in",
-        "SCORE": "a fixed expression over FTS5's sizes of a row (WORD_COUNT, built from "
-                 "constants)",
+        "SCORE": "a fixed expression: a registered function of FTS5's sizes of a row",
     },
 }
 """Every expression that goes into SQL text in ``stores/*.py``, and why it is safe.

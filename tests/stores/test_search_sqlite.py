@@ -284,6 +284,23 @@ def test_a_word_common_in_other_tenants_still_finds_the_tenants_own_rows(
         f"okapi of b {k}" for k in (2, 3, 4)}  # its RANK_LIMIT newest
 
 
+def test_a_rows_words_are_read_from_fts5s_sizes_of_it() -> None:
+    """``fts_words`` decodes the first of FTS5's sizes of a row (a varint of one to three
+    bytes) into the row's words: the count the score damps by."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(words, tenant, content='', "
+                 "tokenize='ascii', detail=full)")
+    counts = [0, 1, 127, 128, 129, 300, 16_383, 16_384, 16_385, 100_000, 200_000]
+    conn.executemany("INSERT INTO t (rowid, words, tenant) VALUES (?, ?, 'tok')",
+                     [(k + 1, " ".join(["w"] * n)) for k, n in enumerate(counts)])
+    sizes = [sz for (sz,) in conn.execute("SELECT sz FROM t_docsize ORDER BY id")]
+    assert [sqlite_search.fts_words(sz) for sz in sizes] == counts
+    sqlite_search.register_functions(conn)
+    assert [n for (n,) in conn.execute(
+        "SELECT chathistory_fts_words(sz) FROM t_docsize ORDER BY id")] == counts
+    conn.close()
+
+
 def test_the_count_of_matches_and_the_search_read_one_snapshot(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows indexed by another connection between the count that chose the words alone

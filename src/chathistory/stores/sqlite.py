@@ -57,6 +57,7 @@ from .sqlite_search import (
     Known,
     Pended,
     note_appended,
+    register_functions,
     valid_known,
 )
 
@@ -297,6 +298,7 @@ class SQLiteStore(IndexedSearch, BaseStore):
         # and a synchronous=FULL append took 380-570 us against 250-285 us (issue 18,
         # 2,000 ShareGPT appends on this VM's disk); at NORMAL the two were even.
         conn.execute("PRAGMA wal_autocheckpoint=1000")
+        register_functions(conn)
         return conn
 
     def _begin(self, conn: sqlite3.Connection) -> None:
@@ -366,6 +368,7 @@ class SQLiteStore(IndexedSearch, BaseStore):
                                    check_same_thread=False, cached_statements=256)
             conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
             conn.execute("PRAGMA query_only=ON")
+            register_functions(conn)
             self._local.reader = conn
             with self._lock:
                 self._readers.append(conn)

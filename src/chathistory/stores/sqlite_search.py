@@ -79,9 +79,9 @@ from .search import (
 
 __all__ = ["AUTO_BUILD_ROWS", "BACKLOG", "FLUSH_AT", "FLUSH_BYTES", "HANDOFF_BYTES",
            "HANDOFF_ROW_BYTES", "QUIET_S", "RANK_LIMIT", "SCORE", "SPAN_CANDIDATES",
-           "WORDS_VERSION", "WORD_COUNT", "WRITTEN_SESSIONS", "IndexState", "IndexedSearch",
-           "Known", "Pended", "fts_text", "in_snapshot", "indexed_text", "match_expression",
-           "tenant_match", "tenant_token", "valid_known"]
+           "WORDS_VERSION", "WRITTEN_SESSIONS", "IndexState", "IndexedSearch", "Known",
+           "Pended", "fts_text", "fts_words", "in_snapshot", "indexed_text", "match_expression",
+           "register_functions", "tenant_match", "tenant_token", "valid_known"]
 
 log = logging.getLogger("chathistory.stores")
 T = TypeVar("T")
@@ -271,25 +271,37 @@ def in_snapshot(conn: sqlite3.Connection, read: Callable[[sqlite3.Connection], T
 # ---------------------------------------------------------------- statements
 
 
-def _docsize_byte(i: int) -> str:
-    """SQL: byte ``i`` of a row's FTS5 sizes (``search_words_docsize.sz AS d``)."""
-    digit = "instr('0123456789ABCDEF', substr(hex(d.sz), {}, 1)) - 1"
-    return f"(({digit.format(2 * i + 1)}) * 16 + {digit.format(2 * i + 2)})"
+def fts_words(sizes: bytes | None) -> int:
+    """The words of a row in the index, from FTS5's sizes of it
+    (``search_words_docsize.sz``): the first of its sizes, one a column, each a varint
+    (7 bits a byte, high bits first, the top bit set on every byte but the last); a row
+    holds fewer than 2**21 words (``search.INDEX_CHARS``), so three bytes at most.
+    Registered on the store's connections as ``chathistory_fts_words``: over the 10,000
+    candidates of a common word at 1,000,000 messages it cost 7-20 ms, against 35-50 for
+    the same decoding in SQL (``hex``, ``substr`` and ``instr`` of each byte)."""
+    if not sizes:
+        return 0
+    b0 = sizes[0]
+    if b0 < 0x80:
+        return b0
+    b1 = sizes[1]
+    if b1 < 0x80:
+        return (b0 & 0x7F) << 7 | b1
+    return ((b0 & 0x7F) << 7 | (b1 & 0x7F)) << 7 | sizes[2]
 
 
-_B0, _B1, _B2 = (_docsize_byte(i) for i in range(3))
-WORD_COUNT = (f"(CASE WHEN {_B0} < 128 THEN {_B0} WHEN {_B1} < 128 THEN ({_B0} - 128) * 128 "
-              f"+ {_B1} ELSE (({_B0} - 128) * 128 + {_B1} - 128) * 128 + {_B2} END)")
-"""SQL: the words of a row (``search_words_docsize AS d``): the first of its sizes, one
-a column, each a varint (7 bits a byte, high bit first, the top bit set on every byte
-but the last); a row holds fewer than 2**21 words (``search.INDEX_CHARS``), three bytes."""
-SCORE = f"1.0 / (1 + {WORD_COUNT})"
-"""SQL: a hit's score over the tenant (higher is better): the reference's damping by
-length without its count of hits, as PostgreSQL's (``1 / sqrt(1 + bytes)``): the rows
-with the fewest words that have the query's rank first. Not BM25: its weights are
-counts over the whole table, every tenant's (rows, their average length, the rows that
-hold each word), and a score that moved with them would tell a tenant about the
-others' messages."""
+def register_functions(conn: sqlite3.Connection) -> None:
+    """The SQL functions the index's statements call, on a connection of the store."""
+    conn.create_function("chathistory_fts_words", 1, fts_words, deterministic=True)
+
+
+SCORE = "1.0 / (1 + chathistory_fts_words(d.sz))"
+"""SQL: a hit's score over the tenant (higher is better; ``search_words_docsize AS
+d``): the reference's damping by length without its count of hits, as PostgreSQL's
+(``1 / sqrt(1 + bytes)``): the rows with the fewest words that have the query's words
+rank first. Not BM25: its weights are counts over the whole table, every tenant's
+(rows, their average length, the rows that hold each word), and a score that moved
+with them would tell a tenant about the others' messages."""
 
 _STATE = "SELECT state, words, tenant, session_id, seq, done FROM search_state"
 _MARK_STALE = ("UPDATE search_state SET state = 'stale', tenant = NULL, session_id = NULL, "
