@@ -272,6 +272,7 @@ def test_a_word_common_in_other_tenants_still_finds_the_tenants_own_rows(
     _no_scan(monkeypatch, store)
     assert {h.message.text for h in store.search("okapi", tenant="a").items} == {
         "okapi first", "okapi second"}
+
     def match(word: str) -> str:
         return store._read_with(lambda conn: sqlite_search.tenant_match(
             conn, "a", parse_query(word)))
@@ -282,23 +283,6 @@ def test_a_word_common_in_other_tenants_still_finds_the_tenants_own_rows(
     assert store._b_search_sessions("a", parse_query("tapir"), None, 10) == {"rare"}
     assert {h.message.text for h in store.search("okapi", tenant="b", limit=10).items} == {
         f"okapi of b {k}" for k in (2, 3, 4)}  # its RANK_LIMIT newest
-
-
-def test_a_rows_words_are_read_from_fts5s_sizes_of_it() -> None:
-    """``fts_words`` decodes the first of FTS5's sizes of a row (a varint of one to three
-    bytes) into the row's words: the count the score damps by."""
-    conn = sqlite3.connect(":memory:")
-    conn.execute("CREATE VIRTUAL TABLE t USING fts5(words, tenant, content='', "
-                 "tokenize='ascii', detail=full)")
-    counts = [0, 1, 127, 128, 129, 300, 16_383, 16_384, 16_385, 100_000, 200_000]
-    conn.executemany("INSERT INTO t (rowid, words, tenant) VALUES (?, ?, 'tok')",
-                     [(k + 1, " ".join(["w"] * n)) for k, n in enumerate(counts)])
-    sizes = [sz for (sz,) in conn.execute("SELECT sz FROM t_docsize ORDER BY id")]
-    assert [sqlite_search.fts_words(sz) for sz in sizes] == counts
-    sqlite_search.register_functions(conn)
-    assert [n for (n,) in conn.execute(
-        "SELECT chathistory_fts_words(sz) FROM t_docsize ORDER BY id")] == counts
-    conn.close()
 
 
 def test_the_count_of_matches_and_the_search_read_one_snapshot(
@@ -960,6 +944,22 @@ def test_fts5_cuts_the_indexed_text_into_words(fts_table: sqlite3.Connection,
             "SELECT term FROM v WHERE col = 'words' ORDER BY offset")]
         fts_table.execute("INSERT INTO t (t) VALUES ('delete-all')")
     assert tokens == words(text)
+
+
+def test_a_rows_words_are_read_from_fts5s_sizes_of_it(fts_table: sqlite3.Connection) -> None:
+    """``fts_words`` decodes the first of FTS5's sizes of a row (a varint of one to three
+    bytes) into the row's words: the count the score damps by."""
+    counts = [0, 1, 127, 128, 129, 300, 16_383, 16_384, 16_385, 100_000, 200_000]
+    sqlite_search.register_functions(fts_table)
+    with fts_table:
+        fts_table.executemany("INSERT INTO t (rowid, words, tenant) VALUES (?, ?, 'tok')",
+                              [(k + 1, " ".join(["w"] * n)) for k, n in enumerate(counts)])
+        sizes = [sz for (sz,) in fts_table.execute("SELECT sz FROM t_docsize ORDER BY id")]
+        decoded = [n for (n,) in fts_table.execute(
+            "SELECT chathistory_fts_words(sz) FROM t_docsize ORDER BY id")]
+        fts_table.execute("INSERT INTO t (t) VALUES ('delete-all')")
+    assert [sqlite_search.fts_words(sz) for sz in sizes] == counts
+    assert decoded == counts
 
 
 def test_a_text_of_many_distinct_characters_is_folded_without_testing_each(

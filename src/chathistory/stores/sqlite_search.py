@@ -1003,13 +1003,18 @@ class IndexedSearch:
             params.update(score=after[0], session_id=after[1], seq=after[2])
         sql = _RANKED.format(candidates=candidates, after=_AFTER if after is not None else "",
                              row=self.row_columns)
+        found = self._over_tenant(sql, params, tenant, query)
+        return [(score, sid, row.seq, row) for score, sid, row in self._keyed_rows(found, 2)]
 
+    def _over_tenant(self, sql: str, params: dict[str, Any], tenant: str, query: Query
+                     ) -> list[Any]:
+        """``sql``'s rows with ``:match`` the query over ``tenant`` (``tenant_match``),
+        the count that picks it and ``sql`` read in one snapshot."""
         def read(conn: sqlite3.Connection) -> list[Any]:
             return conn.execute(sql, {**params, "match": tenant_match(conn, tenant, query)}
                                 ).fetchall()
 
-        found = self._read_with(functools.partial(in_snapshot, read=read))
-        return [(score, sid, row.seq, row) for score, sid, row in self._keyed_rows(found, 2)]
+        return self._read_with(functools.partial(in_snapshot, read=read))
 
     def _indexed_in_spans(self, tenant: str, query: Query, match: str, spans: Sequence[Span],
                           user: str | None, after: Cursor | None, limit: int
@@ -1060,12 +1065,8 @@ class IndexedSearch:
         if not self._ready_index():
             return None
         if session_ids is None:
-            def newest(conn: sqlite3.Connection) -> list[Any]:
-                return conn.execute(_NEWEST_SESSIONS, {
-                    "match": tenant_match(conn, tenant, query), "tenant": tenant,
-                    "limit": limit}).fetchall()
-
-            found = self._read_with(functools.partial(in_snapshot, read=newest))
+            found = self._over_tenant(_NEWEST_SESSIONS, {"tenant": tenant, "limit": limit},
+                                      tenant, query)
         else:  # within sessions: their rowid ranges (the tenant's sessions') scope it
             match = match_expression(None, query)
             if not any(term.prefix for term in query.terms):
