@@ -352,7 +352,7 @@ def test_a_planned_window_is_kept_beside_the_preview(open_page: Any, site: Any) 
     marked = "[...document.querySelectorAll('.msg.in-window')].map(e => e.dataset.id)"
     # the timeline's messages come by a request of their own, which the panel does not
     # wait for: wait for them (without it the check raced them, 2 runs in 10)
-    page.wait_for_function(f"{marked}.length >= {len(layout)}")
+    wait_until(page, f"n => {marked}.length >= n", len(layout))
     assert page.evaluate(marked) == layout
     assert "Pick a budget" in panel.locator(".window-says").inner_text()
     panel.locator(".preset[data-tokens='32000']").click()
