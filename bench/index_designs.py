@@ -21,19 +21,24 @@ Variants (the rows' data handed to the thread as the store hands it off):
 - ``store``: the store as shipped, ``search`` on (its own indexer and bookkeeping).
 - ``handed only``: the rows handed to the thread, which does nothing with them: what
   the handoff itself costs the append (encoding the row again, here).
-- ``cut only``: the thread cuts each row's words with the tenant's prefix
-  (``sqlite_search.indexed_text``) and writes nothing: what the Python cut costs.
-- ``prefixed, own file``: that cut, written to an FTS5 table in another file through a
-  connection of its own (its own write lock).
-- ``raw, store's file``: the row's search text as it is for ASCII (FTS5's ascii
-  tokenizer cuts it, in C), its words otherwise, written to an FTS5 table in the
-  store's file under the store's lock (an FTS5 table of one tenant: no prefix).
-- ``raw, own file``: the same text, to a table in another file, its own connection.
-- ``log, prefixed, own file``: the second-file design with its bookkeeping in the
-  store's file: each append's transaction adds a row to a log table (its key the log's
-  order), and the indexer, per batch, reads the log's unapplied tail (where removals
-  would be), writes the prefixed cut to FTS5 in another file with the log position it
-  reached, then deletes the applied log rows in a transaction of the store.
+- ``cut only``: the thread makes each row's text as the store gives it to FTS5
+  (``sqlite_search.indexed_text``: ASCII search text as it is, other text as its
+  words) and writes nothing: what the Python side costs.
+- ``store's text, store's file``: that text and the tenant's token, written to an FTS5
+  table of the store's shape (``words, tenant``) in the store's file under the store's
+  lock: the store's index without its bookkeeping (watermarks, state reads, handoff
+  checks).
+- ``store's text, own file``: the same, to a table in another file through a connection
+  of its own (its own write lock).
+- ``log, own file``: the second-file design with its bookkeeping in the store's file:
+  each append's transaction adds a row to a log table (its key the log's order), and
+  the indexer, per batch, reads the log's unapplied tail (where removals would be),
+  writes the text to FTS5 in another file with the log position it reached, then
+  deletes the applied log rows in a transaction of the store.
+
+(Until 2026-11-26 the variants gave each word the tenant's prefix, as the store then
+did, and measured a table of one tenant given raw text beside it: docs/stores.md has
+those runs.)
 
 Not a design of the store: a prototype's measure (removals, rowid reuse and crash
 recovery are not modelled), kept so that the numbers in docs/stores.md can be rerun.
@@ -60,6 +65,9 @@ from . import data
 from .stores import _message
 
 BATCH = 512
+TOKEN = "t0000000000a"
+"""The tenant's token every variant writes beside the text (one tenant, as the store's
+``sqlite_search.tenant_token`` gives one)."""
 _INDEX_CPU: dict[int, float] = {}
 """Thread CPU seconds spent indexing, by thread (``_indexing``)."""
 _INDEX_CPU_LOCK = threading.Lock()
@@ -77,28 +85,18 @@ def _indexing(work: Callable[..., Any]) -> Callable[..., Any]:
                 me = threading.get_ident()
                 _INDEX_CPU[me] = _INDEX_CPU.get(me, 0.0) + spent
     return timed
-VARIANTS = ("off", "store", "handed only", "cut only", "prefixed, own file", "raw, store's file",
-            "raw, own file", "log, prefixed, own file")
-_FTS = ("CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(words, content='', "
+VARIANTS = ("off", "store", "handed only", "cut only", "store's text, store's file",
+            "store's text, own file", "log, own file")
+_FTS = ("CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(words, tenant, content='', "
         "tokenize='ascii', detail=full)")
 
 
-def _raw_text(row: bytes) -> str:
-    """What a table of one tenant is given: ASCII search text as it is, other text as
-    its words (the store's cut, its first ``INDEX_CHARS`` characters)."""
-    from chathistory.stores.model import MESSAGE_DECODER
-    from chathistory.stores.search import INDEX_CHARS, search_text, words
-
-    text = search_text(MESSAGE_DECODER.decode(row))[:INDEX_CHARS]
-    return text if text.isascii() else " ".join(words(text))
-
-
 class _Indexer:
-    """A thread indexing handed-off rows in batches: ``make`` gives a row's text (None:
-    write nothing), ``write`` stores a batch of (rowid, text)."""
+    """A thread indexing handed-off rows in batches: ``make`` gives a row's text (empty:
+    write nothing), ``write`` stores a batch of (rowid, text, tenant's token)."""
 
     def __init__(self, make: Callable[[bytes], str],
-                 write: Callable[[list[tuple[int, str]]], None] | None) -> None:
+                 write: Callable[[list[tuple[int, str, str]]], None] | None) -> None:
         self.make, self.write = make, write
         self.rows: collections.deque[bytes] = collections.deque()
         self.lock = threading.Lock()
@@ -125,7 +123,7 @@ class _Indexer:
                     self.rowid += 1
                     text = self.make(row)
                     if text:
-                        docs.append((self.rowid, text))
+                        docs.append((self.rowid, text, TOKEN))
                 if self.write is not None:
                     self.write(docs)
 
@@ -143,21 +141,21 @@ class _Indexer:
         self.thread.join()
 
 
-def _own_file(path: Path) -> Callable[[list[tuple[int, str]]], None]:
+def _own_file(path: Path) -> Callable[[list[tuple[int, str, str]]], None]:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute(_FTS.format(name="w"))
     conn.execute("INSERT INTO w (w, rank) VALUES ('automerge', 16)")
 
-    def write(docs: list[tuple[int, str]]) -> None:
+    def write(docs: list[tuple[int, str, str]]) -> None:
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany("INSERT INTO w (rowid, words) VALUES (?, ?)", docs)
+        conn.executemany("INSERT INTO w (rowid, words, tenant) VALUES (?, ?, ?)", docs)
         conn.execute("COMMIT")
     return write
 
 
-def _logged_own_file(store: Any, path: Path) -> Callable[[list[tuple[int, str]]], None]:
+def _logged_own_file(store: Any, path: Path) -> Callable[[list[tuple[int, str, str]]], None]:
     """The second-file design's writes: FTS5 and the log position reached in a file of
     its own, then the applied log rows deleted from the store's file."""
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -168,14 +166,14 @@ def _logged_own_file(store: Any, path: Path) -> Callable[[list[tuple[int, str]]]
     conn.execute("CREATE TABLE applied (seq INTEGER NOT NULL)")
     conn.execute("INSERT INTO applied VALUES (0)")
 
-    def write(docs: list[tuple[int, str]]) -> None:
+    def write(docs: list[tuple[int, str, str]]) -> None:
         conn.execute("BEGIN IMMEDIATE")
         done = conn.execute("SELECT seq FROM applied").fetchone()[0]
         # the unapplied tail of the log, as the store's readers see it (removals)
         tail = store._fetch("SELECT max(seq), count(data) FROM bench_log WHERE seq > ?",
                             (done,))
         upto = tail[0][0] or done
-        conn.executemany("INSERT INTO w (rowid, words) VALUES (?, ?)", docs)
+        conn.executemany("INSERT INTO w (rowid, words, tenant) VALUES (?, ?, ?)", docs)
         conn.execute("UPDATE applied SET seq = ?", (upto,))
         conn.execute("COMMIT")
         with store.atomic() as main:
@@ -183,15 +181,14 @@ def _logged_own_file(store: Any, path: Path) -> Callable[[list[tuple[int, str]]]
     return write
 
 
-def _store_file(store: Any) -> Callable[[list[tuple[int, str]]], None]:
+def _store_file(store: Any) -> Callable[[list[tuple[int, str, str]]], None]:
     with store.atomic() as conn:
-        conn.execute(_FTS.format(name="bench_one_tenant"))
-        conn.execute("INSERT INTO bench_one_tenant (bench_one_tenant, rank) "
-                     "VALUES ('automerge', 16)")
+        conn.execute(_FTS.format(name="bench_index"))
+        conn.execute("INSERT INTO bench_index (bench_index, rank) VALUES ('automerge', 16)")
 
-    def write(docs: list[tuple[int, str]]) -> None:
+    def write(docs: list[tuple[int, str, str]]) -> None:
         with store.atomic() as conn:
-            conn.executemany("INSERT INTO bench_one_tenant (rowid, words) VALUES (?, ?)", docs)
+            conn.executemany("INSERT INTO bench_index (rowid, words, tenant) VALUES (?, ?, ?)", docs)
     return write
 
 
@@ -199,7 +196,7 @@ def run(rounds: int, appends: int, out: Callable[[str], None] = print,
         synchronous: str = "NORMAL") -> dict[str, Any]:
     from chathistory.model.codec import encode
     from chathistory.stores.sqlite import SQLiteStore
-    from chathistory.stores.sqlite_search import indexed_text, tenant_prefix
+    from chathistory.stores.sqlite_search import indexed_text
 
     pairs = list(itertools.islice(data.iter_messages(), appends))
     tmp = Path(tempfile.mkdtemp(prefix="chathistory-index-designs-"))
@@ -221,19 +218,13 @@ def run(rounds: int, appends: int, out: Callable[[str], None] = print,
         return plain_append(tenant, session_id, with_log, ids)
 
     logged._b_append = logged_append  # type: ignore[method-assign]
-    prefix = tenant_prefix("default")
-
-    def prefixed(row: bytes) -> str:
-        return indexed_text(prefix, row)
-
     indexers = {
         "handed only": _Indexer(lambda row: "", None),
-        "cut only": _Indexer(prefixed, None),
-        "prefixed, own file": _Indexer(prefixed, _own_file(tmp / "prefixed.db")),
-        "raw, store's file": _Indexer(_raw_text, _store_file(off)),
-        "raw, own file": _Indexer(_raw_text, _own_file(tmp / "raw.db")),
-        "log, prefixed, own file": _Indexer(prefixed, _logged_own_file(logged,
-                                                                      tmp / "logged-search.db")),
+        "cut only": _Indexer(indexed_text, None),
+        "store's text, store's file": _Indexer(indexed_text, _store_file(off)),
+        "store's text, own file": _Indexer(indexed_text, _own_file(tmp / "own.db")),
+        "log, own file": _Indexer(indexed_text, _logged_own_file(logged,
+                                                                  tmp / "logged-search.db")),
     }
 
     on._flush_pending = _indexing(on._flush_pending)  # type: ignore[method-assign]
