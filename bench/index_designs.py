@@ -188,7 +188,8 @@ def _store_file(store: Any) -> Callable[[list[tuple[int, str, str]]], None]:
 
     def write(docs: list[tuple[int, str, str]]) -> None:
         with store.atomic() as conn:
-            conn.executemany("INSERT INTO bench_index (rowid, words, tenant) VALUES (?, ?, ?)", docs)
+            conn.executemany("INSERT INTO bench_index (rowid, words, tenant) "
+                             "VALUES (?, ?, ?)", docs)
     return write
 
 
