@@ -19,6 +19,9 @@ Variants (the rows' data handed to the thread as the store hands it off):
 
 - ``off``: no index.
 - ``store``: the store as shipped, ``search`` on (its own indexer and bookkeeping).
+- ``store, thread beside``: the store as shipped, but its indexer thread indexes beside
+  appends back to back (an append never indexes itself, and the thread does not wait
+  for the appends to pause).
 - ``handed only``: the rows handed to the thread, which does nothing with them: what
   the handoff itself costs the append (encoding the row again, here).
 - ``cut only``: the thread makes each row's text as the store gives it to FTS5
@@ -35,6 +38,11 @@ Variants (the rows' data handed to the thread as the store hands it off):
   the indexer, per batch, reads the log's unapplied tail (where removals would be),
   writes the text to FTS5 in another file with the log position it reached, then
   deletes the applied log rows in a transaction of the store.
+
+- ``text handed, store's file`` and ``text handed, own file``: the appending thread
+  makes each message's text (``fts_text(search_text(message))``, what the store gives
+  FTS5) and hands it over; the thread only writes it, to the store's file under its
+  lock or to a file of its own.
 
 (Until 2026-11-26 the variants gave each word the tenant's prefix, as the store then
 did, and measured a table of one tenant given raw text beside it: docs/stores.md has
@@ -85,8 +93,9 @@ def _indexing(work: Callable[..., Any]) -> Callable[..., Any]:
                 me = threading.get_ident()
                 _INDEX_CPU[me] = _INDEX_CPU.get(me, 0.0) + spent
     return timed
-VARIANTS = ("off", "store", "handed only", "cut only", "store's text, store's file",
-            "store's text, own file", "log, own file")
+VARIANTS = ("off", "store", "store, thread beside", "handed only", "cut only",
+            "store's text, store's file", "store's text, own file", "log, own file",
+            "text handed, store's file", "text handed, own file")
 _FTS = ("CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(words, tenant, content='', "
         "tokenize='ascii', detail=full)")
 
@@ -95,10 +104,10 @@ class _Indexer:
     """A thread indexing handed-off rows in batches: ``make`` gives a row's text (empty:
     write nothing), ``write`` stores a batch of (rowid, text, tenant's token)."""
 
-    def __init__(self, make: Callable[[bytes], str],
+    def __init__(self, make: Callable[[Any], str],
                  write: Callable[[list[tuple[int, str, str]]], None] | None) -> None:
         self.make, self.write = make, write
-        self.rows: collections.deque[bytes] = collections.deque()
+        self.rows: collections.deque[Any] = collections.deque()
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.stop = False
@@ -106,7 +115,7 @@ class _Indexer:
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
-    def hand(self, row: bytes) -> None:
+    def hand(self, row: Any) -> None:
         self.rows.append(row)
         if len(self.rows) >= BATCH:
             self.wake.set()
@@ -193,6 +202,28 @@ def _store_file(store: Any) -> Callable[[list[tuple[int, str, str]]], None]:
     return write
 
 
+def _thread_beside(store: Any) -> Any:
+    """``store`` with its indexer thread indexing beside appends back to back: an append
+    that leaves ``FLUSH_AT`` rows wakes it and never indexes them itself, and the thread
+    does not wait for the appends to pause (``QUIET_S``)."""
+    from chathistory.stores import sqlite_search
+
+    def after_append(pending: int) -> None:
+        store._last_append = time.monotonic()
+        if pending >= sqlite_search.FLUSH_AT:
+            with store._indexer_lock:
+                if store._indexer is None:
+                    store._indexer = threading.Thread(target=store._index_pending,
+                                                      daemon=True)
+                    store._indexer.start()
+            store._indexer_wake.set()
+
+    store._after_append = after_append
+    store._quiet = lambda: not store._indexer_stop
+    store._appending = lambda: store._indexer_stop
+    return store
+
+
 def run(rounds: int, appends: int, out: Callable[[str], None] = print,
         synchronous: str = "NORMAL") -> dict[str, Any]:
     from chathistory.model.codec import encode
@@ -203,6 +234,7 @@ def run(rounds: int, appends: int, out: Callable[[str], None] = print,
     tmp = Path(tempfile.mkdtemp(prefix="chathistory-index-designs-"))
     off = SQLiteStore(tmp / "off.db", search=False, synchronous=synchronous)
     on = SQLiteStore(tmp / "on.db", synchronous=synchronous)
+    beside = _thread_beside(SQLiteStore(tmp / "beside.db", synchronous=synchronous))
     logged = SQLiteStore(tmp / "logged.db", search=False, synchronous=synchronous)
     with logged.atomic() as conn:
         conn.execute("CREATE TABLE bench_log (seq INTEGER PRIMARY KEY, id INTEGER NOT NULL, "
@@ -226,13 +258,23 @@ def run(rounds: int, appends: int, out: Callable[[str], None] = print,
         "store's text, own file": _Indexer(indexed_text, _own_file(tmp / "own.db")),
         "log, own file": _Indexer(indexed_text, _logged_own_file(logged,
                                                                   tmp / "logged-search.db")),
+        "text handed, store's file": _Indexer(str, _store_file(off)),
+        "text handed, own file": _Indexer(str, _own_file(tmp / "handed.db")),
     }
+    from chathistory.stores.search import INDEX_CHARS, search_text
+    from chathistory.stores.sqlite_search import fts_text
+
+    def handed_text(m: Any) -> str:
+        """The text the appending thread hands: its message's, cut as the store cuts."""
+        return fts_text(search_text(m)[:INDEX_CHARS])
 
     on._flush_pending = _indexing(on._flush_pending)  # type: ignore[method-assign]
+    beside._flush_pending = _indexing(beside._flush_pending)
 
     def one_round(name: str) -> tuple[float, float, float]:
         """Seconds per append: wall, the main thread's CPU but its indexing, indexing."""
-        store = on if name == "store" else logged if name.startswith("log") else off
+        store = {"store": on, "store, thread beside": beside}.get(
+            name, logged if name.startswith("log") else off)
         indexer = indexers.get(name)
         session_id = f"d{uuid.uuid4().hex[:12]}"
         store.create_session(session_id)
@@ -242,11 +284,13 @@ def run(rounds: int, appends: int, out: Callable[[str], None] = print,
         for role, text in pairs:  # built in the loop: the store counts each
             m = _message(role, text)
             store.append(session_id, [m])
-            if indexer is not None:
+            if indexer is not None and name.startswith("text handed"):
+                indexer.hand(handed_text(m))
+            elif indexer is not None:
                 indexer.hand(encode(m))  # the stored bytes, near enough (ids as given)
         if indexer is not None:
             indexer.flush(everything=True)
-        elif name == "store":
+        elif name.startswith("store"):
             store._flush_pending()
         wall, main = time.perf_counter() - started, time.thread_time() - cpu
         with _INDEX_CPU_LOCK:
@@ -271,6 +315,7 @@ def run(rounds: int, appends: int, out: Callable[[str], None] = print,
         indexer.close()
     off.close()
     on.close()
+    beside.close()
     logged.close()
     base = statistics.median(w for w, _m, _i in times["off"])
     rows = {name: {"us": statistics.median(w for w, _m, _i in v) * 1e6,
