@@ -259,7 +259,9 @@ def _reference_snippet(text: str, query: Query, chars: int) -> tuple[str, list[t
 
 
 SNIPPET_WORDS = ["alpha", "bravo", "Café", "naïve", "zebra", "xzebra", "x1", "the", "word,",
-                 "end.\n", "Über", "alphabet", "zebras"]
+                 "end.\n", "Über", "alphabet", "zebras",
+                 # characters that only cut words (the ASCII way of finding the first match)
+                 "“zebra”", "x\u2019zebra", "—", "alpha🙂bravo", "İ"]
 
 
 @settings(max_examples=300, deadline=None)

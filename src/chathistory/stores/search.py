@@ -391,12 +391,20 @@ def snippet(text: str, query: Query, chars: int = SNIPPET_CHARS
 
 
 def _first_candidate(text: str, query: Query) -> int:
-    """Where the words of ``text`` may be cut from, for its first match: in ASCII
-    text, the start of the word holding the earliest occurrence of a term's first
-    word (no match begins before it); else 0."""
-    if not text.isascii():
-        return 0
-    low = text.lower()
+    """Where the words of ``text`` may be cut from, for its first match: in text that
+    ``words`` cuts as ASCII (ASCII, or text whose characters that are not ASCII only
+    cut words: quotes, dashes, emoji), the start of the word holding the earliest
+    occurrence of a term's first word (no match begins before it); else 0. (A long
+    message with a curly quote was cut word by word from its start: 1.6 ms a snippet
+    of an 11,000-character ShareGPT message, 0.15 ms now.)"""
+    if text.isascii():
+        low = text.lower()
+    else:
+        chars = _not_ascii(text)
+        if len(chars) > _CUTS_ONLY_CHARS or not all(_cuts_only(char) for char in chars):
+            return 0
+        # each of them a "?", a cut as it is to words: the offsets stay the text's
+        low = text.encode("ascii", "replace").decode("ascii").lower()
     found = [at for at in (low.find(t.words[0]) for t in query.terms) if at >= 0]
     if not found:
         return len(text)
