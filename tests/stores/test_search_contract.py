@@ -261,13 +261,16 @@ def _reference_snippet(text: str, query: Query, chars: int) -> tuple[str, list[t
 SNIPPET_WORDS = ["alpha", "bravo", "Café", "naïve", "zebra", "xzebra", "x1", "the", "word,",
                  "end.\n", "Über", "alphabet", "zebras",
                  # characters that only cut words (the ASCII way of finding the first match)
-                 "“zebra”", "x\u2019zebra", "—", "alpha🙂bravo", "İ"]
+                 "“zebra”", "x\u2019zebra", "—", "alpha🙂bravo", "İ",
+                 # letters that fold (found piece by piece in text that holds them)
+                 "\u00bd", "\ufb01le", "e\u0301te", "ete", "ΣΑΣ"]
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(SNIPPET_WORDS), min_size=1, max_size=120),
        st.sampled_from(["zebra", "alpha bravo", '"alpha bravo"', "caf*", "naive", "uber x1",
-                        "nomatch", '"the word"', "zeb*", "alpha*"]),
+                        "nomatch", '"the word"', "zeb*", "alpha*", "file", "ete", "12",
+                        "σας"]),
        st.integers(20, 200))
 def test_the_snippet_is_the_reference_snippet(picked: list[str], q: str, chars: int) -> None:
     text = " ".join(picked)

@@ -363,8 +363,7 @@ def snippet(text: str, query: Query, chars: int = SNIPPET_CHARS
         if first is not None and m.start() > first + chars + 20:
             break
         word = m.group()
-        spans.append((m.start(), m.end(), word.lower() if word.isascii() else "".join(
-            words(word))))
+        spans.append((m.start(), m.end(), word.lower() if word.isascii() else _folded(word)))
         k = len(spans) - 1
         for term in query.terms:  # the terms that end at this word
             i = k - len(term.words) + 1
@@ -402,7 +401,7 @@ def _first_candidate(text: str, query: Query) -> int:
     else:
         chars = _not_ascii(text)
         if len(chars) > _CUTS_ONLY_CHARS or not all(_cuts_only(char) for char in chars):
-            return 0
+            return _first_piece(text, query)
         # each of them a "?", a cut as it is to words: the offsets stay the text's
         low = text.encode("ascii", "replace").decode("ascii").lower()
     found = [at for at in (low.find(t.words[0]) for t in query.terms) if at >= 0]
@@ -412,6 +411,40 @@ def _first_candidate(text: str, query: Query) -> int:
     while at > 0 and low[at - 1].isalnum():
         at -= 1
     return at
+
+
+_PIECE_CHARS = 300
+
+
+def _folded(word: str) -> str:
+    """A run of word characters that is not ASCII as ``snippet`` compares it: its
+    words run together (a short one cut once a process: the same runs recur through a
+    message; a long one, a paste without spaces, not kept)."""
+    return _folded_short(word) if len(word) <= 64 else "".join(words(word))
+
+
+@functools.lru_cache(maxsize=4096)
+def _folded_short(word: str) -> str:
+    return "".join(words(word))
+
+
+def _first_piece(text: str, query: Query) -> int:
+    """``_first_candidate`` of other text: the start of the first piece of it (about
+    ``_PIECE_CHARS`` long, cut at a space, which no word holds) whose folded letters and
+    digits, run together, hold a term's first word; ``len(text)`` if none does. A word's
+    fold is in its piece's (folding is done character by character), so no match begins
+    in an earlier piece. (Cutting a long message word by word in Python up to its first
+    match cost 3 ms a snippet of a 14,000-character one.)"""
+    firsts = [t.words[0] for t in query.terms]
+    start, end = 0, len(text)
+    while start < end:
+        cut = text.find(" ", start + _PIECE_CHARS)
+        stop = end if cut < 0 else cut
+        letters = "".join(_WORD.findall(_fold(text[start:stop])))
+        if any(word in letters for word in firsts):
+            return start
+        start = stop
+    return end
 
 
 class SearchHit(msgspec.Struct, kw_only=True):
