@@ -40,8 +40,8 @@ from .model import DEFAULT_TENANT, MESSAGE_DECODER, Row, Session
 from .reads import Reads
 
 __all__ = ["MAX_TERMS", "WORDS_VERSION", "Query", "SearchHit", "SearchPage", "Searching", "Term",
-           "index_words", "indexed_source", "indexed_words", "matching_rows", "parse_query",
-           "rank_key", "row_test", "search_text", "snippet", "words"]
+           "as_ascii", "index_words", "indexed_source", "indexed_words", "matching_rows",
+           "parse_query", "rank_key", "row_test", "search_text", "snippet", "words"]
 
 WORDS_VERSION = 1
 """The version of ``index_words`` the index holds. A release whose ``search_text`` or
@@ -144,6 +144,19 @@ def _not_ascii(text: str) -> set[str]:
     return set(raw.decode("utf-8", "surrogatepass"))
 
 
+def as_ascii(text: str) -> str | None:
+    """The ASCII text that ``words`` cuts ``text`` as, where there is one: ``text``
+    itself when it is ASCII; when its characters that are not ASCII only cut words
+    (``_cuts_only``), ``text`` with each of them made a ``?`` (a cut, and the offsets
+    stay the text's); else None (its letters must be folded)."""
+    if text.isascii():
+        return text
+    chars = _not_ascii(text)
+    if len(chars) <= _CUTS_ONLY_CHARS and all(_cuts_only(char) for char in chars):
+        return text.encode("ascii", "replace").decode("ascii")
+    return None
+
+
 def words(text: str) -> list[str]:
     """The words of ``text`` as search compares them, in order. ASCII text (most
     text) is cut twice as fast by lowercasing and cutting at every character that is
@@ -153,12 +166,9 @@ def words(text: str) -> list[str]:
     messages that are not ASCII: 83 -> 33 us each, 2,600 characters on average); so is
     folded text whose characters that are not ASCII are all outside words (98 us,
     against 230 for the regular expression's cut)."""
-    if text.isascii():
-        return _ascii_words(text)
-    chars = _not_ascii(text)
-    if len(chars) <= _CUTS_ONLY_CHARS and all(_cuts_only(char) for char in chars):
-        # each of them made a "?": a cut
-        return _ascii_words(text.encode("ascii", "replace").decode("ascii"))
+    cut_as = as_ascii(text)
+    if cut_as is not None:
+        return _ascii_words(cut_as)
     folded = _NOT_ASCII.sub(_blank_unless_word, _fold(text))
     if folded.isascii():
         return _ascii_words(folded)
@@ -393,17 +403,14 @@ def _first_candidate(text: str, query: Query) -> int:
     """Where the words of ``text`` may be cut from, for its first match: in text that
     ``words`` cuts as ASCII (ASCII, or text whose characters that are not ASCII only
     cut words: quotes, dashes, emoji), the start of the word holding the earliest
-    occurrence of a term's first word (no match begins before it); else 0. (A long
-    message with a curly quote was cut word by word from its start: 1.6 ms a snippet
-    of an 11,000-character ShareGPT message, 0.15 ms now.)"""
-    if text.isascii():
-        low = text.lower()
-    else:
-        chars = _not_ascii(text)
-        if len(chars) > _CUTS_ONLY_CHARS or not all(_cuts_only(char) for char in chars):
-            return _first_piece(text, query)
-        # each of them a "?", a cut as it is to words: the offsets stay the text's
-        low = text.encode("ascii", "replace").decode("ascii").lower()
+    occurrence of a term's first word (no match begins before it); else the start of
+    the first piece of it that may hold one (``_first_piece``). (A long message with a
+    curly quote was cut word by word from its start: 1.6 ms a snippet of an
+    11,000-character ShareGPT message, 0.15 ms now.)"""
+    cut_as = as_ascii(text)
+    if cut_as is None:
+        return _first_piece(text, query)
+    low = cut_as.lower()
     found = [at for at in (low.find(t.words[0]) for t in query.terms) if at >= 0]
     if not found:
         return len(text)

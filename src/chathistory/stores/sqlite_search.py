@@ -4,8 +4,9 @@ the messages, scoped to the tenant by a token of each row.
 What is indexed is ``search.indexed_words`` of each row (the one tokenizer of every
 backend), in a contentless FTS5 table (``search_words``, ``tokenize='ascii'``) of two
 columns: ``words``, the row's text as ``indexed_text`` gives it (ASCII text as it is,
-which the ascii tokenizer cuts as ``words`` does; other text its words, folded, joined
-by spaces: the tokenizer takes every non-ASCII character as a letter), and ``tenant``,
+which the ascii tokenizer cuts as ``words`` does, and so text whose non-ASCII characters
+only cut words, each made a ``?``; other text its words, folded, joined by spaces: the
+tokenizer takes every non-ASCII character as a letter), and ``tenant``,
 one token of the row's tenant (``tenant_token``: 12 letters and digits from a SHA-256
 of its name). A search over a tenant requires the caller's tenant token in that column
 (and its hits are joined on the tenant besides); one within sessions reads their rowid
@@ -71,6 +72,7 @@ from .search import (
     WORDS_VERSION,
     Cursor,
     Query,
+    as_ascii,
     indexed_source,
     matching_rows,
     ranked_after,
@@ -214,15 +216,19 @@ def indexed_text(data: bytes) -> str:
     ``ascii`` tokenizer cuts into exactly the words of ``search.indexed_words``. ASCII
     text is given as it is: the tokenizer cuts it as ``words`` does (letters and digits,
     lowercased; a property test checks it), in C, where cutting and joining the words in
-    Python cost 23 us of a ShareGPT message's 66 us of indexing. Other text is given
-    as its words joined by spaces (folded: the tokenizer takes every character that is
-    not ASCII as a letter)."""
+    Python cost 23 us of a ShareGPT message's 66 us of indexing; so is text whose
+    characters that are not ASCII only cut words, each made a ``?`` (``search.as_ascii``).
+    Other text is given as its words joined by spaces (folded: the tokenizer takes every
+    character that is not ASCII as a letter)."""
     return fts_text(indexed_source(data))
 
 
 def fts_text(text: str) -> str:
-    """``text`` as the ``words`` column takes it (``indexed_text``)."""
-    return text if text.isascii() else " ".join(words(text))
+    """``text`` as the ``words`` column takes it (``indexed_text``): the ASCII text
+    ``words`` cuts it as, where there is one (a character that only cuts words made a
+    ``?``, which the ascii tokenizer cuts at too), else its words joined by spaces."""
+    cut_as = as_ascii(text)
+    return cut_as if cut_as is not None else " ".join(words(text))
 
 
 def match_expression(tenant: str | None, query: Query) -> str:
