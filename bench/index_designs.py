@@ -150,12 +150,19 @@ class _Indexer:
         self.thread.join()
 
 
-def _own_file(path: Path) -> Callable[[list[tuple[int, str, str]]], None]:
+def _fts_file(path: Path) -> sqlite3.Connection:
+    """A file of its own holding the FTS5 table ``w``, through a connection of its own
+    (WAL, ``synchronous=NORMAL``: an index is rebuilt from the store's file)."""
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute(_FTS.format(name="w"))
     conn.execute("INSERT INTO w (w, rank) VALUES ('automerge', 16)")
+    return conn
+
+
+def _own_file(path: Path) -> Callable[[list[tuple[int, str, str]]], None]:
+    conn = _fts_file(path)
 
     def write(docs: list[tuple[int, str, str]]) -> None:
         conn.execute("BEGIN IMMEDIATE")
@@ -167,11 +174,7 @@ def _own_file(path: Path) -> Callable[[list[tuple[int, str, str]]], None]:
 def _logged_own_file(store: Any, path: Path) -> Callable[[list[tuple[int, str, str]]], None]:
     """The second-file design's writes: FTS5 and the log position reached in a file of
     its own, then the applied log rows deleted from the store's file."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute(_FTS.format(name="w"))
-    conn.execute("INSERT INTO w (w, rank) VALUES ('automerge', 16)")
+    conn = _fts_file(path)
     conn.execute("CREATE TABLE applied (seq INTEGER NOT NULL)")
     conn.execute("INSERT INTO applied VALUES (0)")
 
