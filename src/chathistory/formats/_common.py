@@ -20,6 +20,7 @@ import msgspec
 
 from ..errors import InvalidMessage
 from ..model import (
+    PROVIDER_ROLES,
     Attachment,
     AudioPart,
     FilePart,
@@ -27,8 +28,8 @@ from ..model import (
     MediaPart,
     Message,
     Part,
+    ProviderRole,
     Reasoning,
-    Role,
     ToolCall,
     ToolResult,
 )
@@ -48,19 +49,19 @@ FILE_ID_SCHEMES = {"openai": "openai-file:", "anthropic": "anthropic-file:"}
 # ---------------------------------------------------------------- roles
 
 
-def canonical_role(role: str, index: int, role_map: RoleMap | None) -> Role:
-    """The canonical role a message is sent as.
+def canonical_role(role: str, index: int, role_map: RoleMap | None) -> ProviderRole:
+    """The provider role a message is sent as (one of ``PROVIDER_ROLES``).
 
-    ``role_map`` is looked up first (so it may also rename a canonical role, e.g.
-    ``{"developer": "system"}``); a role that is neither mapped nor canonical
-    raises ``InvalidMessage`` at ``$[index].role``.
+    ``role_map`` is looked up first (so it may also rename a provider role, e.g.
+    ``{"developer": "system"}``); a role that is neither mapped nor a provider role
+    (another ``Role`` member such as ``agent``, or any other string) raises
+    ``InvalidMessage`` at ``$[index].role``.
     """
     mapped = role_map.get(role, role) if role_map else role
-    try:
-        return Role(mapped)
-    except ValueError:
-        pass
-    canon = ", ".join(r.value for r in Role)
+    found = _PROVIDER.get(mapped)
+    if found is not None:
+        return found
+    canon = ", ".join(PROVIDER_ROLES)
     if mapped != role:
         raise InvalidMessage(
             f"role_map maps {role!r} to {mapped!r}, which is not one of {canon}",
@@ -70,6 +71,9 @@ def canonical_role(role: str, index: int, role_map: RoleMap | None) -> Role:
         f"unknown role {role!r}: pass role_map={{{role!r}: ...}} naming one of {canon}",
         f"$[{index}].role",
     )
+
+
+_PROVIDER: dict[str, ProviderRole] = {role.value: role for role in PROVIDER_ROLES}
 
 
 # ---------------------------------------------------------------- base64 and data URLs
