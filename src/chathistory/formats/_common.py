@@ -9,7 +9,6 @@ it is pure: no I/O, no HTTP (a stored attachment is loaded by the caller's
 from __future__ import annotations
 
 import base64
-import binascii
 import mimetypes
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from ..model import (
     ToolCall,
     ToolResult,
 )
+from ..model.b64 import decode_base64
 from ..model.parts import parse_arguments
 
 JSON: TypeAlias = dict[str, Any]
@@ -83,11 +83,15 @@ def b64encode(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def b64decode(text: str, path: str) -> bytes:
+def b64decode(text: object, path: str) -> bytes:
+    """The bytes of base64 ``text`` (standard or URL-safe alphabet, padded or not:
+    ``decode_base64``); ``InvalidMessage`` at ``path`` saying what is wrong otherwise."""
+    if not isinstance(text, str):
+        raise InvalidMessage(f"expected base64 text, not {type(text).__name__}", path)
     try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise InvalidMessage("not valid base64", path) from None
+        return decode_base64(text)
+    except ValueError as exc:
+        raise InvalidMessage(f"not valid base64: {exc}", path) from None
 
 
 def data_url(mime_type: str, data: bytes) -> str:
