@@ -1,8 +1,8 @@
 """Every base64 decode keeps every byte or refuses with a reason: the one decoder
 (``model/b64.decode_base64``), the codec's ``attachment.data``, and the opaque
 cursors of the session list and of search. The formats' and the adapters' paths
-are in ``tests/formats/test_base64_paths.py`` and
-``tests/integrations/test_base64_paths.py``."""
+are in ``tests/formats/test_format_base64.py`` and
+``tests/integrations/test_adapter_base64.py``."""
 
 from __future__ import annotations
 
