@@ -24,6 +24,7 @@ from chathistory import (
     ToolResult,
 )
 from chathistory.formats import to_anthropic, to_gemini, to_openai_chat, to_openai_responses
+from chathistory.model import PROVIDER_ROLES
 from chathistory.model.parts import MAX_ATTACHMENT_BYTES
 
 
@@ -62,11 +63,16 @@ def test_role_names_every_role() -> None:
     assert every == Role.ALL
     assert (Role.SYSTEM, Role.DEVELOPER, Role.USER, Role.ASSISTANT, Role.TOOL,
             Role.AGENT, Role.TOOL_RESPONSE, Role.PCP_RESPONSE, Role.MCP_RESPONSE) == Role.ALL
-    # only the roles every provider speaks are members: the formats rely on it
-    assert [r.value for r in Role] == list(Role.ALL[:5])
+    # all nine are members: iteration, values and lookup by value know each of them
+    assert list(Role) == [Role(value) for value in every]
+    assert [r.value for r in Role] == list(every)
+    assert {r.value for r in Role} == set(every)
+    assert list(Role.__members__) == [value.upper() for value in every]
+    assert "ALL" not in Role.__members__
+    # the roles a provider format sends are their own list
+    assert [r.value for r in PROVIDER_ROLES] == list(every[:5])
     for role in AGENT_ROLES:
-        with pytest.raises(ValueError):
-            Role(role)
+        assert isinstance(Role(role), Role) and Role(role) not in PROVIDER_ROLES
         message = Message(role=getattr(Role, role.upper()), parts=[TextPart(text="x")])
         assert Message.from_json(message.validate().to_json()).role == role
 

@@ -243,10 +243,10 @@ def _tiktoken_count(encoding: str) -> Callable[[str], int] | None:
     maker = getattr(openai_public, encoding)
     if "load_tiktoken_bpe" not in maker.__code__.co_names:
         return None  # a tiktoken that loads its tables otherwise: never download them
-    import base64
+    import binascii
 
     raw = _shipped_ranks(encoding)
-    ranks = {base64.b64decode(token): int(rank)
+    ranks = {binascii.a2b_base64(token, strict_mode=True): int(rank)  # never a byte skipped
              for token, rank in (line.split() for line in raw.splitlines() if line)}
     offline = types.FunctionType(maker.__code__, {
         **maker.__globals__, "load_tiktoken_bpe": lambda *_a, **_k: ranks})

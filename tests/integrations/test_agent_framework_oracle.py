@@ -22,6 +22,7 @@ from agent_framework import (
     BaseChatClient,
     ChatResponse,
     Content,
+    ContextProvider,
     HistoryProvider,
     InMemoryHistoryProvider,
 )
@@ -31,6 +32,7 @@ from chathistory.integrations.agent_framework import (
     ChatHistoryAgentProvider,
     from_agent_framework,
 )
+from chathistory.stores import BaseStore
 
 logging.getLogger("agent_framework").setLevel(logging.ERROR)  # "no function invoking" notice
 
@@ -240,3 +242,106 @@ def test_agent_runs_match_in_memory_provider(provider: ChatHistoryAgentProvider)
         assert our_stored == stored
 
     asyncio.run(go())
+
+
+# ---------------------------------------------------------------- an audit beside a primary
+
+
+class Notes(ContextProvider):
+    """A context provider that adds a system note every run (``numbered``: a new one)."""
+
+    def __init__(self, numbered: bool) -> None:
+        super().__init__("notes")
+        self.numbered, self.runs = numbered, 0
+
+    async def before_run(self, *, agent: Any, session: AgentSession, context: Any,
+                         state: dict[str, Any]) -> None:
+        self.runs += 1
+        text = f"note {self.runs}" if self.numbered else "today is Monday"
+        context.extend_messages(self, [AFMessage("system", [text])])
+
+
+@pytest.fixture(params=[*sorted(BACKENDS), "session-state"])
+def audit_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStore | None]:
+    if request.param == "session-state":
+        yield None
+        return
+    store = BACKENDS[request.param](tmp_path)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+QUESTIONS, ANSWERS = ("hi", "again", "more"), ("one", "two", "three")
+
+
+async def audited(audit: HistoryProvider, primary: str, numbered: bool, runs: int
+                  ) -> tuple[list[Any], list[dict[str, Any]]]:
+    """What the model saw and what ``audit`` holds after ``runs`` runs of an agent with a
+    primary history provider, a context provider (``Notes``) and ``audit``."""
+    memory: HistoryProvider = (InMemoryHistoryProvider(source_id="memory")
+                               if primary == "in_memory"
+                               else ChatHistoryAgentProvider(source_id="memory"))
+    client = ScriptedClient(*([AFMessage("assistant", [answer])] for answer in ANSWERS))
+    agent = Agent(client, context_providers=[memory, Notes(numbered), audit])
+    session = agent.create_session()
+    for question in QUESTIONS[:runs]:
+        await agent.run(question, session=session)
+        session = round_tripped(session)
+    stored = await audit.get_messages(session.session_id,
+                                      state=session.state.get(audit.source_id, {}))
+    return client.seen, dumps(stored)
+
+
+def context_audit(store: BaseStore | None) -> ChatHistoryAgentProvider:
+    return ChatHistoryAgentProvider(store, source_id="audit", load_messages=False,
+                                    store_context_messages=True)
+
+
+def expected_texts(numbered: bool, runs: int) -> list[str]:
+    """Each run's note, question and answer, once."""
+    notes = [f"note {n}" if numbered else "today is Monday" for n in range(1, runs + 1)]
+    return [text for turn in zip(notes, QUESTIONS[:runs], ANSWERS[:runs], strict=True)
+            for text in turn]
+
+
+@pytest.mark.parametrize("numbered", [False, True], ids=["same-note", "new-note"])
+@pytest.mark.parametrize("primary", ["in_memory", "chathistory"])
+def test_audit_of_context_stores_what_in_memory_provider_stores(
+        audit_store: BaseStore | None, primary: str, numbered: bool) -> None:
+    """The reported setup: an audit provider (loads nothing, stores context too) beside
+    a primary history provider and a context provider. The second run stored the
+    primary's loaded history again as context; the framework's own provider, in the
+    same place, stores the note and the run's input and output."""
+    async def go() -> None:
+        seen, expected = await audited(InMemoryHistoryProvider(
+            source_id="audit", load_messages=False, store_context_messages=True),
+            primary, numbered, runs=2)
+        our_seen, got = await audited(context_audit(audit_store), primary, numbered, runs=2)
+        assert our_seen == seen
+        assert got == expected
+        assert [m["contents"][0]["text"] for m in got] == expected_texts(numbered, 2)
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("numbered", [False, True], ids=["same-note", "new-note"])
+@pytest.mark.parametrize("primary", ["in_memory", "chathistory"])
+def test_audit_of_context_leaves_history_providers_out_on_every_run(
+        audit_store: BaseStore | None, primary: str, numbered: bool) -> None:
+    """From the third run on, the framework's provider with ``store_context_messages``
+    stores the primary's history again too (the overlap it looks for no longer lines
+    up); ours leaves every history provider's context out, as the framework's does
+    told to store only the context provider's (``store_context_from={"notes"}``)."""
+    async def go() -> None:
+        seen, expected = await audited(InMemoryHistoryProvider(
+            source_id="audit", load_messages=False, store_context_from={"notes"},
+            store_context_messages=True), primary, numbered, runs=3)
+        our_seen, got = await audited(context_audit(audit_store), primary, numbered, runs=3)
+        assert our_seen == seen
+        assert got == expected
+        assert [m["contents"][0]["text"] for m in got] == expected_texts(numbered, 3)
+
+    asyncio.run(go())
+

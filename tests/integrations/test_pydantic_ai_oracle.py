@@ -5,6 +5,7 @@ the history appended in one batch or one message at a time) equal
 
 from __future__ import annotations
 
+import random
 import warnings
 
 import pytest
@@ -60,6 +61,11 @@ def legacy_retry() -> RetryPromptPart:
         return RetryPromptPart("bad output")
 
 
+ALPHABET_BYTES = (b"\xfb\xef\xbeabc", b"\xff\xff\xff", b"\xfb\xff", b"\xfe", b"\xf8>\x0f\xc0")
+"""Base64 ``----YWJj`` / ``++++YWJj``, ``____`` / ``////``, ``-_8=`` / ``+/8=``,
+``_g==`` / ``/g==`` and ``-D4PwA==`` / ``+D4PwA==``: URL-safe / standard."""
+
+
 def corpus(png: bytes) -> dict[str, list[ModelMessage]]:
     call = ToolCallPart("lookup", {"q": "red"}, "c1")
     return {
@@ -105,6 +111,11 @@ def corpus(png: bytes) -> dict[str, list[ModelMessage]]:
             "look", ImageUrl("https://example.com/a.png"),
             BinaryContent(png, media_type="image/png"), DocumentUrl("https://example.com/d.pdf"),
             AudioUrl("https://example.com/a.wav"), VideoUrl("https://example.com/v.mp4")])])],
+        # bytes whose base64 holds each of "-", "_" (pydantic writes the URL-safe
+        # alphabet), "+" and "/", and each padding
+        "binary_every_alphabet": [ModelRequest(parts=[UserPromptPart([
+            "see", *(BinaryContent(data, media_type="image/png")
+                     for data in ALPHABET_BYTES)])])],
         "prompt_list_with_empty_text": [ModelRequest(parts=[UserPromptPart(["", "b"])])],
         "retry_feedback": [ask("hi"), say(TextPart("x")), ModelRequest(parts=[legacy_retry()])],
         "empty_system_prompt": [ModelRequest(parts=[SystemPromptPart(""), UserPromptPart("hi")])],
@@ -202,3 +213,29 @@ def test_placeholder_of_an_empty_response_reaches_no_provider() -> None:
 def test_a_request_with_nothing_to_store_alone_is_left_out() -> None:
     assert from_pydantic_ai([ModelRequest(parts=[], instructions="Go on.")]) == []
     assert from_pydantic_ai([ModelRequest(parts=[UserPromptPart([CachePoint()])])]) == []
+
+
+# ---------------------------------------------------------------- bytes, as pydantic-ai writes them
+
+
+def test_binary_content_in_the_url_safe_alphabet_keeps_its_bytes() -> None:
+    """The reported case: pydantic-ai writes ``BinaryContent`` bytes in the URL-safe
+    alphabet; a standard decoder dropped ``----`` and stored ``b"abc"``."""
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart([
+        "see", BinaryContent(b"\xfb\xef\xbeabc", media_type="image/png")])])]
+    dumped = ModelMessagesTypeAdapter.dump_python(history, mode="json")
+    assert dumped[0]["parts"][0]["content"][1]["data"] == "----YWJj"  # the oracle's writing
+    [message] = from_pydantic_ai(history)
+    attachment = message.parts[1].attachment  # type: ignore[union-attr]
+    assert attachment is not None and attachment.data == b"\xfb\xef\xbeabc"
+    assert to_pydantic_ai([message]) == oracle(history)
+
+
+def test_random_binary_payloads_keep_their_bytes() -> None:
+    rng = random.Random(43)
+    payloads = [rng.randbytes(rng.randrange(1, 48)) for _ in range(200)]
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart([
+        "x", *(BinaryContent(p, media_type="image/png") for p in payloads)])])]
+    [message] = from_pydantic_ai(history)
+    assert [p.attachment.data for p in message.parts[1:]] == payloads  # type: ignore[union-attr]
+    assert to_pydantic_ai([message]) == oracle(history)

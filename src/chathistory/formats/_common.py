@@ -9,7 +9,6 @@ it is pure: no I/O, no HTTP (a stored attachment is loaded by the caller's
 from __future__ import annotations
 
 import base64
-import binascii
 import mimetypes
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import msgspec
 
 from ..errors import InvalidMessage
 from ..model import (
+    PROVIDER_ROLES,
     Attachment,
     AudioPart,
     FilePart,
@@ -27,11 +27,12 @@ from ..model import (
     MediaPart,
     Message,
     Part,
+    ProviderRole,
     Reasoning,
-    Role,
     ToolCall,
     ToolResult,
 )
+from ..model.b64 import decode_base64
 from ..model.parts import parse_arguments
 
 JSON: TypeAlias = dict[str, Any]
@@ -48,19 +49,19 @@ FILE_ID_SCHEMES = {"openai": "openai-file:", "anthropic": "anthropic-file:"}
 # ---------------------------------------------------------------- roles
 
 
-def canonical_role(role: str, index: int, role_map: RoleMap | None) -> Role:
-    """The canonical role a message is sent as.
+def canonical_role(role: str, index: int, role_map: RoleMap | None) -> ProviderRole:
+    """The provider role a message is sent as (one of ``PROVIDER_ROLES``).
 
-    ``role_map`` is looked up first (so it may also rename a canonical role, e.g.
-    ``{"developer": "system"}``); a role that is neither mapped nor canonical
-    raises ``InvalidMessage`` at ``$[index].role``.
+    ``role_map`` is looked up first (so it may also rename a provider role, e.g.
+    ``{"developer": "system"}``); a role that is neither mapped nor a provider role
+    (another ``Role`` member such as ``agent``, or any other string) raises
+    ``InvalidMessage`` at ``$[index].role``.
     """
     mapped = role_map.get(role, role) if role_map else role
-    try:
-        return Role(mapped)
-    except ValueError:
-        pass
-    canon = ", ".join(r.value for r in Role)
+    found = _PROVIDER.get(mapped)
+    if found is not None:
+        return found
+    canon = ", ".join(PROVIDER_ROLES)
     if mapped != role:
         raise InvalidMessage(
             f"role_map maps {role!r} to {mapped!r}, which is not one of {canon}",
@@ -72,6 +73,9 @@ def canonical_role(role: str, index: int, role_map: RoleMap | None) -> Role:
     )
 
 
+_PROVIDER: dict[str, ProviderRole] = {role.value: role for role in PROVIDER_ROLES}
+
+
 # ---------------------------------------------------------------- base64 and data URLs
 
 
@@ -79,11 +83,15 @@ def b64encode(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def b64decode(text: str, path: str) -> bytes:
+def b64decode(text: object, path: str) -> bytes:
+    """The bytes of base64 ``text`` (standard or URL-safe alphabet, padded or not:
+    ``decode_base64``); ``InvalidMessage`` at ``path`` saying what is wrong otherwise."""
+    if not isinstance(text, str):
+        raise InvalidMessage(f"expected base64 text, not {type(text).__name__}", path)
     try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise InvalidMessage("not valid base64", path) from None
+        return decode_base64(text)
+    except ValueError as exc:
+        raise InvalidMessage(f"not valid base64: {exc}", path) from None
 
 
 def data_url(mime_type: str, data: bytes) -> str:

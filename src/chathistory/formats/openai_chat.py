@@ -41,6 +41,7 @@ from ..model import (
     ImagePart,
     Message,
     Part,
+    ProviderRole,
     Reasoning,
     ResultPart,
     Role,
@@ -116,7 +117,7 @@ def to_openai_chat(
     return out
 
 
-def _encode_message(msg: Message, role: Role, path: str, opts: Options) -> list[JSON]:
+def _encode_message(msg: Message, role: ProviderRole, path: str, opts: Options) -> list[JSON]:
     tool_messages: list[JSON] = []
     content: list[JSON] = []
     calls: list[JSON] = []

@@ -46,6 +46,7 @@ from ..model import (
     ImagePart,
     Message,
     Part,
+    ProviderRole,
     Reasoning,
     ResultPart,
     Role,
@@ -114,7 +115,7 @@ def to_openai_responses(
     return out
 
 
-def _encode_input(msg: Message, role: Role, path: str, opts: Options) -> list[JSON]:
+def _encode_input(msg: Message, role: ProviderRole, path: str, opts: Options) -> list[JSON]:
     items: list[JSON] = []
     content: list[JSON] = []
     rest_role = Role.USER if role is Role.TOOL else role

@@ -7,8 +7,6 @@ cannot carry kept beside its message."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -17,6 +15,7 @@ import msgspec
 
 from ..errors import Conflict, InvalidMessage, NotFound
 from ..formats import from_anthropic, from_openai_responses, to_anthropic, to_openai_responses
+from ..formats._common import b64decode
 from ..model import AudioPart, Compaction, FilePart, ImagePart, Message, Part, Reasoning, new_id
 from ..stores.aio import AsyncStoreAdapter
 from ..stores.base import Store
@@ -136,14 +135,6 @@ def media_part(kind: str, **fields: Any) -> ImagePart | AudioPart | FilePart:
     if kind == "image":
         return ImagePart(**fields)
     return AudioPart(**fields) if kind == "audio" else FilePart(**fields)
-
-
-def b64decode(text: Any, path: str) -> bytes:
-    """Strict base64; ``InvalidMessage`` at ``path`` otherwise."""
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, TypeError, ValueError):
-        raise InvalidMessage("invalid base64 data", path) from None
 
 
 def data_url(url: str, path: str) -> tuple[str | None, bytes]:

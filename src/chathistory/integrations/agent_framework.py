@@ -14,7 +14,10 @@ framework's current base for history storage) that runs chathistory's own
   carries the conversation), or only the turn's bookkeeping when a store keeps
   them (under the store session ``(tenant, session.session_id)``, created on
   first use). The provider object holds nothing per session.
-- Audit mode: ``load_messages=False`` stores every turn and loads nothing.
+- Audit mode: ``load_messages=False`` stores every turn and loads nothing. With
+  ``store_context_messages`` (and no ``store_context_from``) it stores the context of
+  the agent's other context providers, not of its history providers: that is their
+  stored history, loaded again every run, which the audit stored when it happened.
 - Loaded history is attributed to this provider, so it is never stored twice.
 
 Mapping of ``Message`` contents: ``text`` (annotations kept), ``text_reasoning``
@@ -371,13 +374,24 @@ class ChatHistoryAgentProvider(HistoryProvider):
         if response is None:
             await self.history.aafter_run(ours, [], [], complete=False)
         else:
-            request = list(self._get_context_messages_to_store(context))
+            request = self._context_to_store(agent, context)
             if self.store_inputs:
                 request.extend(context.input_messages)
             outputs = list(response.messages) if self.store_outputs else []
             await self.history.aafter_run(ours, from_agent_framework(request),
                                           from_agent_framework(outputs))
         self._keep(ours, state)
+
+    def _context_to_store(self, agent: Any, context: SessionContext) -> list[AFMessage]:
+        """The context messages to store: with ``store_context_from``, those of the
+        sources it names; otherwise those of every other provider but the agent's
+        history providers, whose context is their stored history, loaded again every
+        run (this provider stored it in the run it happened)."""
+        if not self.store_context_messages or self.store_context_from is not None:
+            return list(self._get_context_messages_to_store(context))
+        history = {provider.source_id for provider in getattr(agent, "context_providers", ())
+                   if isinstance(provider, HistoryProvider)}
+        return context.get_messages(exclude_sources={self.source_id, *history})
 
     # ------------------------------------------------------------------ direct access
 

@@ -76,6 +76,7 @@ from ..model import (
 )
 from ._common import (
     COMPACTION_KEY,
+    b64decode,
     compaction_of,
     is_placeholder,
     kept_compactions,
@@ -142,7 +143,7 @@ def _from_request(raw: JSON) -> list[Message]:
     extra: list[list[Any]] = []
     for k, part in enumerate(raw["parts"]):
         kind = part.get("part_kind")
-        built = _request_part(part) if kind in _REQUEST_ROLES else None
+        built = _request_part(part, f"$.parts[{k}]") if kind in _REQUEST_ROLES else None
         message = None
         if built is not None:
             role, parts, rest = built
@@ -160,7 +161,7 @@ def _from_request(raw: JSON) -> list[Message]:
     return out
 
 
-def _request_part(part: JSON) -> tuple[str, list[Part], JSON] | None:
+def _request_part(part: JSON, path: str) -> tuple[str, list[Part], JSON] | None:
     kind = part["part_kind"]
     content = part.get("content")
     if kind == "tool-return":
@@ -174,7 +175,7 @@ def _request_part(part: JSON) -> tuple[str, list[Part], JSON] | None:
         parts: list[Part] = []
         items: list[list[Any]] = []  # cache points, uploaded files...: kept in place
         for k, item in enumerate(content or []):
-            found = _user_item(item)
+            found = _user_item(item, f"{path}.content[{k}]")
             if found is None:
                 items.append([k, item])
             else:
@@ -188,12 +189,15 @@ def _request_part(part: JSON) -> tuple[str, list[Part], JSON] | None:
         {"str": True} if kind == "user-prompt" else {})
 
 
-def _user_item(item: Any) -> Part | None:
+def _user_item(item: Any, path: str) -> Part | None:
     if isinstance(item, str):
         return TextPart(text=item)
     kind = item.get("kind") if isinstance(item, dict) else None
     if kind == "binary":
-        att = Attachment.from_bytes(base64.b64decode(item["data"]), mime_type=item["media_type"])
+        # pydantic writes bytes in the URL-safe alphabet: a decoder of the standard one
+        # alone would drop its '-' and '_' and change the bytes in silence
+        data = b64decode(item["data"], path + ".data")
+        att = Attachment.from_bytes(data, mime_type=item["media_type"])
         return media_part(att.modality, attachment=att,
                            provider_metadata={NS: _rest(item, "data", "media_type")})
     if kind in _URL_KINDS:
@@ -382,7 +386,7 @@ def _user_content(part: Part, path: str) -> Any:
             raise InvalidMessage("attachment bytes are not loaded (Store.resolve them)",
                                  path + ".attachment")
         return {**rest, "kind": "binary", "media_type": att.mime_type,
-                "data": base64.b64encode(att.data).decode()}
+                "data": base64.urlsafe_b64encode(att.data).decode()}  # as pydantic writes it
     raise InvalidMessage(f"a user prompt cannot carry a {type(part).__name__}", path)
 
 

@@ -1,7 +1,7 @@
 """The message model: values and their one codec. Imports nothing else of ours
 but ``chathistory.errors``."""
 
-from .message import KEPT_ROLES, KVStatus, Message, Role
+from .message import KEPT_ROLES, PROVIDER_ROLES, KVStatus, Message, ProviderRole, Role
 from .parts import (
     Attachment,
     AudioPart,
@@ -20,6 +20,7 @@ from .parts import (
 
 __all__ = [
     "KEPT_ROLES",
+    "PROVIDER_ROLES",
     "Attachment",
     "AudioPart",
     "Compaction",
@@ -29,6 +30,7 @@ __all__ = [
     "MediaPart",
     "Message",
     "Part",
+    "ProviderRole",
     "Reasoning",
     "ResultPart",
     "Role",

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from enum import IntEnum, StrEnum, nonmember
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import msgspec
 
@@ -43,20 +43,20 @@ from .parts import (
     new_id,
 )
 
-__all__ = ["KEPT_ROLES", "KVStatus", "Message", "Role", "check_described", "media_parts"]
+__all__ = ["KEPT_ROLES", "PROVIDER_ROLES", "KVStatus", "Message", "ProviderRole", "Role",
+           "check_described", "media_parts"]
 
 
 class Role(StrEnum):
-    """Every role of a conversation with agents and tools.
+    """Every role of a conversation with agents and tools: all nine are members, so
+    ``list(Role)`` and ``Role("agent")`` know each of them.
 
-    The five enum members are the roles every provider format speaks. The
-    other four (``Role.AGENT``, ``Role.TOOL_RESPONSE``, ``Role.PCP_RESPONSE``,
-    ``Role.MCP_RESPONSE``) are named here as plain strings, not members, on
-    purpose: no provider has them, and a provider format sends only a role that
-    ``Role(...)`` accepts, so it refuses these (``InvalidMessage`` at
-    ``$[i].role``) unless a ``role_map`` says what to send
+    Only the first five (``PROVIDER_ROLES``) are roles every provider format speaks.
+    The other four (``Role.AGENT``, ``Role.TOOL_RESPONSE``, ``Role.PCP_RESPONSE``,
+    ``Role.MCP_RESPONSE``) no provider has: a provider format refuses them
+    (``InvalidMessage`` at ``$[i].role``) unless a ``role_map`` says what to send
     (``{"agent": "assistant"}``) instead of guessing. ``Message.role`` is a plain
-    string: any non-empty role is kept as given. ``Role.ALL`` lists all nine.
+    string: any non-empty role is kept as given.
     """
 
     SYSTEM = "system"
@@ -64,13 +64,23 @@ class Role(StrEnum):
     USER = "user"
     ASSISTANT = "assistant"
     TOOL = "tool"
-    AGENT = nonmember("agent")
-    TOOL_RESPONSE = nonmember("tool_response")
-    PCP_RESPONSE = nonmember("pcp_response")
-    MCP_RESPONSE = nonmember("mcp_response")
+    AGENT = "agent"
+    TOOL_RESPONSE = "tool_response"
+    PCP_RESPONSE = "pcp_response"
+    MCP_RESPONSE = "mcp_response"
     ALL = nonmember(("system", "developer", "user", "assistant", "tool",
                      "agent", "tool_response", "pcp_response", "mcp_response"))
-    """Every role named here, the provider roles first."""
+    """Every role's value, the provider roles first (``tuple(Role)``, as strings)."""
+
+
+ProviderRole: TypeAlias = Literal[Role.SYSTEM, Role.DEVELOPER, Role.USER, Role.ASSISTANT,
+                                  Role.TOOL]
+"""A role every provider format speaks: what a format's exhaustive ``match`` covers."""
+
+PROVIDER_ROLES: tuple[ProviderRole, ...] = (Role.SYSTEM, Role.DEVELOPER, Role.USER,
+                                            Role.ASSISTANT, Role.TOOL)
+"""The roles every provider format speaks, the targets a ``role_map`` may name; a
+format sends no other."""
 
 
 KEPT_ROLES = frozenset({"system", "developer"})

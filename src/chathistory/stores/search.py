@@ -34,6 +34,7 @@ import msgspec
 
 from ..errors import InvalidArgument
 from ..model import Message
+from ..model.b64 import decode_base64
 from ..model.parts import AudioPart, FilePart, TextPart, ToolCall, ToolResult
 from .backend import Span, own_span, recent_key
 from .model import DEFAULT_TENANT, MESSAGE_DECODER, Row, Session
@@ -487,7 +488,7 @@ def _encode_cursor(hit: Cursor) -> str:
 
 def _decode_cursor(cursor: str) -> Cursor:
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        raw = decode_base64(cursor)  # strict: a character is never skipped
         score, session_id, seq = msgspec.json.decode(raw)
         if (not isinstance(score, int | float) or not isinstance(session_id, str)
                 or type(seq) is not int):

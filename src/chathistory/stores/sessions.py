@@ -17,6 +17,7 @@ import msgspec
 
 from ..errors import Conflict, InvalidArgument, NotFound
 from ..model import new_id
+from ..model.b64 import decode_base64
 from ..tokens import TokenCounter, get_counter
 from .backend import Backend, recent_key
 from .checks import check_id, check_json, check_user, ttl_deadline
@@ -204,7 +205,7 @@ def _parse_cursor(cursor: str | None, order: str) -> tuple[str, str] | None:
     if not cursor:
         return None
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        raw = decode_base64(cursor)  # strict: a character is never skipped
         made_for, key, sid = _cursor_decoder.decode(raw)
     except (ValueError, msgspec.DecodeError):
         created, sep, sid = cursor.partition("|")
