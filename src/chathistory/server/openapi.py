@@ -10,11 +10,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
+import msgspec.inspect as inspect
 
 from .. import __version__
+from ..tokens import COUNTER_NAME_PATTERN
 from .app import Endpoint
 from .examples import Example, for_operation
 from .schema import RESPONSE_TYPES, ErrorBody
+from .wire import IF_MATCH_PATTERN
 
 __all__ = ["document", "document_json"]
 
@@ -60,6 +63,57 @@ _TAGS = [
 _BINARY = {"application/octet-stream", "*/*"}
 _EMPTY_ALLOWED = {"application/x-ndjson"}
 """Raw bodies that may be empty: an empty NDJSON stream is an empty import."""
+
+
+_COUNTER = {"anyOf": [{"type": "string", "pattern": COUNTER_NAME_PATTERN}, {"type": "null"}]}
+_COMPONENT_RULES: dict[str, dict[str, Any]] = {
+    "EraseBody": {"anyOf": [
+        {"properties": {"user": {"type": "string"}}, "required": ["user"]},
+        {"properties": {"all": {"const": True}}, "required": ["all"]}]},
+    "ReduceBody": {"properties": {"counter": _COUNTER}},
+    "WindowBody": {"properties": {"counter": _COUNTER}},
+}
+"""What a body's struct cannot say and its route checks, by component (``properties``
+replace the struct's): erasure names a user or says ``"all": true``; a counter is a
+name ``get_counter`` knows."""
+
+
+def _structs(types: Sequence[Any]) -> dict[str, inspect.StructType]:
+    """Every struct reachable from ``types``, by its component name."""
+    found: dict[str, inspect.StructType] = {}
+    stack: list[inspect.Type] = list(inspect.multi_type_info(types))
+    while stack:
+        info = stack.pop()
+        if isinstance(info, inspect.StructType):
+            name = info.cls.__name__
+            if name not in found:
+                found[name] = info
+                stack.extend(f.type for f in info.fields)
+        elif isinstance(info, inspect.UnionType):
+            stack.extend(info.types)
+        elif isinstance(info, inspect.ListType | inspect.DictType):
+            stack.extend([info.item_type] if isinstance(info, inspect.ListType)
+                         else [info.value_type])
+        elif isinstance(info, inspect.Metadata):
+            stack.append(info.type)
+    return found
+
+
+def _date_times(components: dict[str, Any], structs: dict[str, inspect.StructType]) -> None:
+    """``format: date-time`` on every datetime field (msgspec's schema says only
+    ``string``; the API reads and writes them as RFC 3339)."""
+    for name, info in structs.items():
+        schema = components.get(name)
+        if schema is None:
+            continue
+        for f in info.fields:
+            kind = f.type.type if isinstance(f.type, inspect.Metadata) else f.type
+            options = kind.types if isinstance(kind, inspect.UnionType) else (kind,)
+            if any(isinstance(o, inspect.DateTimeType) for o in options):
+                prop = schema["properties"][f.encode_name]
+                for entry in prop.get("anyOf", [prop]):
+                    if entry.get("type") == "string":
+                        entry["format"] = "date-time"
 
 
 def _types(routes: Sequence[Endpoint]) -> list[Any]:
@@ -115,6 +169,15 @@ def document(routes: Sequence[Endpoint]) -> dict[str, Any]:
     types = _types(routes)
     refs, components = msgspec.json.schema_components(types, ref_template=_REF)
     schemas = dict(zip(types, refs, strict=True))
+    _date_times(components, _structs(types))
+    for name, rules in _COMPONENT_RULES.items():
+        if name in components:
+            schema = components[name]
+            for key, value in rules.items():
+                if key == "properties":
+                    schema[key].update(value)
+                else:
+                    schema[key] = value
     session = components.get("Session")
     if session is not None:  # the API's sessions are Session.to_dict(): versioned
         session["properties"]["schema_version"] = {"type": "integer", "const": 1}
@@ -124,14 +187,14 @@ def document(routes: Sequence[Endpoint]) -> dict[str, Any]:
             {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
             for name in _PATH_PARAM.findall(route.path)]
         params += [{"name": p.name, "in": "query", "required": p.required,
-                    "description": p.description, "schema": {"type": p.type}}
+                    "description": p.description, "schema": {"type": p.type, **(p.schema or {})}}
                    for p in route.query]
         examples = for_operation(route.method, route.path)
         _parameter_examples(params, examples)
         if route.if_match:
             params.append({"name": "If-Match", "in": "header", "required": False,
                            "description": 'The session version the write expects, e.g. "3"',
-                           "schema": {"type": "string"}})
+                           "schema": {"type": "string", "pattern": IF_MATCH_PATTERN}})
         responses: dict[str, Any] = {}
         for status, kind in route.responses.items():
             entry: dict[str, Any] = {"description": "OK" if status < 300 else str(status)}
@@ -161,7 +224,8 @@ def document(routes: Sequence[Endpoint]) -> dict[str, Any]:
             operation["security"] = []
         if route.body is not None:
             sent = [e for e in examples if e.body is not None]
-            operation["requestBody"] = {"required": route.body not in _EMPTY_ALLOWED,
+            required = route.body not in _EMPTY_ALLOWED and not route.body_optional
+            operation["requestBody"] = {"required": required,
                                         "content": _with_examples(_content(route.body, schemas),
                                                                   sent, [e.body for e in sent])}
         paths.setdefault(route.path, {})[route.method.lower()] = operation

@@ -87,7 +87,8 @@ ROUTES = [
                           "order, any case, accents ignored); \"quoted words\" in a row; "
                           "word* every word it begins. Letters and digits make words; the "
                           "rest separates them", required=True),
-                    Param("limit", "integer", f"1 to {MAX_LIMIT} (default 20)"),
+                    Param("limit", "integer", f"1 to {MAX_LIMIT} (default 20)",
+                          schema={"minimum": 1, "maximum": MAX_LIMIT}),
                     Param("cursor", description="next_cursor of the previous page (with "
                           "the same q and filters)"),
                     Param("user", description="only this user's sessions"),

@@ -30,7 +30,9 @@ from .work import HEAVY_BODY, SMALL_BODY, decode_elsewhere
 
 __all__ = [
     "BODY_IDLE_SECONDS",
+    "IF_MATCH_PATTERN",
     "JSON_TYPE",
+    "QUERY_COUNT",
     "PARTS_HINT",
     "body_chunks",
     "decode_json",
@@ -312,18 +314,21 @@ def session_response(session: Session, status: int = 200) -> Response:
                     media_type=JSON_TYPE)
 
 
+IF_MATCH_PATTERN = r'^(?:\*|(?:W/)?"[0-9]{1,18}"|[0-9]{1,18})$'
+"""The ``If-Match`` values a write takes (the OpenAPI document's pattern): ``*`` (any
+version), a session version as an entity tag, ``"3"`` or ``W/"3"``, or bare, ``3``."""
+_IF_MATCH = re.compile(IF_MATCH_PATTERN)
+
+
 def if_match(request: Request) -> int | None:
-    """The version named by ``If-Match`` (``"3"``, ``W/"3"`` or ``3``); None without one."""
+    """The version named by ``If-Match`` (``IF_MATCH_PATTERN``); None without one or
+    for ``*``."""
     raw = request.headers.get("if-match")
-    if raw is None or raw.strip() == "*":
+    if raw is None:
         return None
-    text = raw.strip()
-    if text.startswith("W/"):
-        text = text[2:]
-    text = text.strip('"')
-    if not text.isdigit() or len(text) > 18:
+    if not _IF_MATCH.fullmatch(raw):
         raise BadRequest("If-Match must be a session version, e.g. \"3\"")
-    return int(text)
+    return None if raw == "*" else int(raw.removeprefix("W/").strip('"'))
 
 
 def query_str(request: Request, name: str) -> str | None:
@@ -335,6 +340,10 @@ def query_str(request: Request, name: str) -> str | None:
     if len(values) > 1:
         raise BadRequest(f"query parameter {name} is given {len(values)} times; give it once")
     return values[0] if values else None
+
+
+QUERY_COUNT = {"minimum": 0, "maximum": 2**53}
+"""The schema of an integer query parameter ``query_int`` reads with its default bounds."""
 
 
 def query_int(request: Request, name: str, default: int | None = None, *, low: int = 0,
