@@ -17,6 +17,12 @@ from ..tokens import COUNTER_NAME_PATTERN
 from .app import Endpoint
 from .examples import Example, for_operation
 from .schema import RESPONSE_TYPES, ErrorBody
+from .conversations_items import (
+    MAX_ITEMS,
+    MAX_METADATA_KEY,
+    MAX_METADATA_PAIRS,
+    MAX_METADATA_VALUE,
+)
 from .wire import IF_MATCH_PATTERN
 
 __all__ = ["document", "document_json"]
@@ -66,16 +72,53 @@ _EMPTY_ALLOWED = {"application/x-ndjson"}
 
 
 _COUNTER = {"anyOf": [{"type": "string", "pattern": COUNTER_NAME_PATTERN}, {"type": "null"}]}
+_NO_NUL = "^[^\u0000]*$"
+_OPENAI_METADATA = {"anyOf": [{
+    "type": "object", "maxProperties": MAX_METADATA_PAIRS,
+    "propertyNames": {"maxLength": MAX_METADATA_KEY, "pattern": _NO_NUL},
+    "additionalProperties": {"type": "string", "maxLength": MAX_METADATA_VALUE,
+                             "pattern": _NO_NUL}}, {"type": "null"}]}
+_OPENAI_ITEMS = {"type": "array", "items": {"type": "object"}, "maxItems": MAX_ITEMS}
 _COMPONENT_RULES: dict[str, dict[str, Any]] = {
     "EraseBody": {"anyOf": [
         {"properties": {"user": {"type": "string"}}, "required": ["user"]},
         {"properties": {"all": {"const": True}}, "required": ["all"]}]},
-    "ReduceBody": {"properties": {"counter": _COUNTER}},
+    "ReduceBody": {"properties": {"counter": _COUNTER}, "oneOf": [
+        {"properties": {"type": {"const": kind}, needs: {"type": "integer"}},
+         "required": ["type", needs]}
+        for kind, needs in (("truncation", "target_count"), ("count", "max_messages"),
+                            ("token_budget", "max_tokens"))]},
     "WindowBody": {"properties": {"counter": _COUNTER}},
+    "ConversationCreateBody": {"properties": {
+        "items": {"anyOf": [_OPENAI_ITEMS, {"type": "null"}]}, "metadata": _OPENAI_METADATA}},
+    "ConversationUpdateBody": {"properties": {"metadata": _OPENAI_METADATA}},
+    "ItemsCreateBody": {"properties": {"items": {**_OPENAI_ITEMS, "minItems": 1}}},
 }
 """What a body's struct cannot say and its route checks, by component (``properties``
-replace the struct's): erasure names a user or says ``"all": true``; a counter is a
-name ``get_counter`` knows."""
+replace the struct's): erasure names a user or says ``"all": true``; a reducer has the field its type needs; a counter is a
+name ``get_counter`` knows; OpenAI's limits on items and metadata."""
+
+
+def _closed(components: dict[str, Any], structs: dict[str, Any]) -> None:
+    """``additionalProperties: false`` on every struct: the API refuses a field it does
+    not know at any depth (``wire.decode_json``), and answers none."""
+    for name in structs:
+        if name in components:
+            components[name]["additionalProperties"] = False
+
+
+def _tuples(node: Any) -> None:
+    """JSON Schema 2020-12's ``prefixItems`` for a tuple, where msgspec writes ``items``
+    as a list (the older drafts' form, invalid in OpenAPI 3.1)."""
+    if isinstance(node, dict):
+        if isinstance(node.get("items"), list):
+            node["prefixItems"] = node.pop("items")
+            node["items"] = False
+        for value in node.values():
+            _tuples(value)
+    elif isinstance(node, list):
+        for value in node:
+            _tuples(value)
 
 
 def _structs(types: Sequence[Any]) -> dict[str, inspect.StructType]:
@@ -169,7 +212,10 @@ def document(routes: Sequence[Endpoint]) -> dict[str, Any]:
     types = _types(routes)
     refs, components = msgspec.json.schema_components(types, ref_template=_REF)
     schemas = dict(zip(types, refs, strict=True))
-    _date_times(components, _structs(types))
+    structs = _structs(types)
+    _date_times(components, structs)
+    _closed(components, structs)
+    _tuples(components)
     for name, rules in _COMPONENT_RULES.items():
         if name in components:
             schema = components[name]

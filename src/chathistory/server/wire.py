@@ -129,7 +129,9 @@ def decode_json(body: bytes, type: type[T]) -> T:
         value: T = decoders[0].decode(body)
         decoders[1].decode(body)
     except msgspec.ValidationError as exc:
-        raise _invalid(exc, type) from None
+        value = _with_integral_floats(body, decoders, exc)
+        if value is None:
+            raise _invalid(exc, type) from None
     except msgspec.DecodeError as exc:
         raise HTTPError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
     except RecursionError:
@@ -137,6 +139,49 @@ def decode_json(body: bytes, type: type[T]) -> T:
     except UnicodeDecodeError:
         raise HTTPError(400, "invalid_json", "the body is not valid UTF-8") from None
     return value
+
+
+_INT_GOT_FLOAT = re.compile(r"^Expected `int[^`]*`, got `float`$")
+_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
+MAX_INTEGRAL_FLOATS = 100
+"""The most integral floats (``1.0``) one body may give for integer fields."""
+
+
+def _with_integral_floats(body: bytes, decoders: tuple[msgspec.json.Decoder[Any], ...],
+                          exc: msgspec.ValidationError) -> Any:
+    """``body`` decoded with each integral float that msgspec refused for an integer
+    field made an integer, or None when a refused value is not an integral float (or
+    cannot be located). ``1.0`` is an integer to JSON Schema, so to the OpenAPI
+    document, and it is what some clients' JSON encoders write for one; a float
+    elsewhere (a metadata value) is left as it is."""
+    document: Any = None
+    for _ in range(MAX_INTEGRAL_FLOATS):
+        error = invalid_from(exc)
+        if not _INT_GOT_FLOAT.match(error.reason):
+            return None
+        if document is None:
+            document = msgspec.json.decode(body)
+        parent, key = None, None
+        node = document
+        rest = error.path[1:]
+        for step in _STEP.finditer(rest):
+            parent, key = node, step.group(1) if step.group(1) is not None else int(step.group(2))
+            try:
+                node = node[key]
+            except (KeyError, IndexError, TypeError):
+                return None
+        if parent is None or "".join(s.group(0) for s in _STEP.finditer(rest)) != rest \
+                or not isinstance(node, float) or not node.is_integer():
+            return None
+        parent[key] = int(node)
+        again = msgspec.json.encode(document)
+        try:
+            value = decoders[0].decode(again)
+            decoders[1].decode(again)
+            return value
+        except msgspec.ValidationError as next_exc:
+            exc = next_exc
+    return None
 
 
 _UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$", re.S)
