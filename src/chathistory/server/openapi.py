@@ -108,12 +108,12 @@ def _closed(components: dict[str, Any], structs: dict[str, Any]) -> None:
 
 
 def _tuples(node: Any) -> None:
-    """JSON Schema 2020-12's ``prefixItems`` for a tuple, where msgspec writes ``items``
-    as a list (the older drafts' form, invalid in OpenAPI 3.1)."""
+    """A tuple (msgspec's ``prefixItems``) as an array whose items are any of its
+    members' types: schemathesis turns ``prefixItems`` into the older drafts' list of
+    ``items`` and then refuses that as invalid in OpenAPI 3.1."""
     if isinstance(node, dict):
-        if isinstance(node.get("items"), list):
-            node["prefixItems"] = node.pop("items")
-            node["items"] = False
+        if isinstance(node.get("prefixItems"), list):
+            node["items"] = {"anyOf": node.pop("prefixItems")}
         for value in node.values():
             _tuples(value)
     elif isinstance(node, list):
