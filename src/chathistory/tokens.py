@@ -494,16 +494,15 @@ _MODEL_ENCODINGS = (
 """OpenAI model families -> their encoding (more specific names first)."""
 _MODEL_SUFFIX = re.compile(r"[-.:@][A-Za-z0-9._:@-]*")
 MAX_COUNTER_NAME = 100
+"""The longest counter name ``get_counter`` accepts (model names are far shorter)."""
 _APPROX_RATIO = r"0*(?:[1-9][0-9]?(?:\.[0-9]*)?|0?\.[5-9][0-9]*|100(?:\.0*)?)"
 """A number of characters per token from 0.5 to 100, written in decimal."""
+_FAMILIES = "|".join(family.replace(".", r"\.") for family, _ in _MODEL_ENCODINGS)
 COUNTER_NAME_PATTERN = (
-    r"^(?=.{1,%d}$)(?:o200k_base|cl100k_base|approx(?::%s)?|(?:ft:)?(?:%s)(?:%s)?)$"
-    % (MAX_COUNTER_NAME, _APPROX_RATIO,
-       "|".join(family.replace(".", r"\.") for family, _ in _MODEL_ENCODINGS),
-       _MODEL_SUFFIX.pattern))
+    rf"^(?=.{{1,{MAX_COUNTER_NAME}}}$)(?:o200k_base|cl100k_base|approx(?::{_APPROX_RATIO})?"
+    rf"|(?:ft:)?(?:{_FAMILIES})(?:{_MODEL_SUFFIX.pattern})?)$")
 """Every name ``get_counter`` knows, as a regular expression (the OpenAPI document's
 ``pattern`` of a counter name): ``get_counter`` accepts a name if and only if it matches."""
-"""The longest counter name ``get_counter`` accepts (model names are far shorter)."""
 _counters: dict[str, TokenCounter] = {}
 """One counter per canonical name (o200k_base, cl100k_base, approx): never keyed by a
 name a caller chose, so it cannot grow (model names resolve to their encoding's)."""

@@ -15,14 +15,14 @@ import msgspec.inspect as inspect
 from .. import __version__
 from ..tokens import COUNTER_NAME_PATTERN
 from .app import Endpoint
-from .examples import Example, for_operation
-from .schema import RESPONSE_TYPES, ErrorBody
 from .conversations_items import (
     MAX_ITEMS,
     MAX_METADATA_KEY,
     MAX_METADATA_PAIRS,
     MAX_METADATA_VALUE,
 )
+from .examples import Example, for_operation
+from .schema import RESPONSE_TYPES, ErrorBody
 from .wire import IF_MATCH_PATTERN
 
 __all__ = ["document", "document_json"]
@@ -95,8 +95,9 @@ _COMPONENT_RULES: dict[str, dict[str, Any]] = {
     "ItemsCreateBody": {"properties": {"items": {**_OPENAI_ITEMS, "minItems": 1}}},
 }
 """What a body's struct cannot say and its route checks, by component (``properties``
-replace the struct's): erasure names a user or says ``"all": true``; a reducer has the field its type needs; a counter is a
-name ``get_counter`` knows; OpenAI's limits on items and metadata."""
+replace the struct's): erasure names a user or says ``"all": true``; a reducer has the
+field its type needs; a counter is a name ``get_counter`` knows; OpenAI's limits on
+items and metadata."""
 
 
 def _closed(components: dict[str, Any], structs: dict[str, Any]) -> None:

@@ -455,7 +455,8 @@ _SELECTORS = (
           "included), whole groups only", schema=QUERY_COUNT),
     Param("counter", description="with max_tokens: the tokenizer (default: the store's)",
           schema=QUERY_COUNTER),
-    Param("since", schema={"enum": list(SINCE)}, description="compaction: from the newest message holding a provider's "
+    Param("since", schema={"enum": list(SINCE)},
+          description="compaction: from the newest message holding a provider's "
           "compaction (a `compaction` part) on, widened back to whole groups, marked messages "
           "included; the whole session when it holds none"),
     Param("keep_system", "boolean", "with max_tokens or since: keep system and developer "
@@ -467,8 +468,9 @@ _SELECTORS = (
     Param("format", schema={"enum": ["", *FORMATS]},
           description="openai_chat | openai_responses | anthropic | gemini: answer in that "
           "provider's request shape (empty: chathistory's)"),
-    Param("assets", schema={"enum": ["", *ASSET_MODES]}, description="with format: inline (default; each stored attachment's "
-          "bytes at most once per response, Limits.inline_bytes in all, else 422) | url "
+    Param("assets", schema={"enum": ["", *ASSET_MODES]},
+          description="with format: inline (default; each stored attachment's bytes at most "
+          "once per response, Limits.inline_bytes in all, else 422) | url "
           "(the URL of GET /v1/assets/{sha256} instead)"),
 )
 
