@@ -196,7 +196,8 @@ class Endpoint:
     handler: Callable[[Context], Awaitable[Response]]
     summary: str
     body: Any = None
-    """A struct type (JSON) or a media type string (raw body)."""
+    """A struct type (JSON), a tuple of them (any of them: a query parameter says which),
+    or a media type string (raw body)."""
     body_optional: bool = False
     """An empty body is served as ``{}`` (the document says the body is not required)."""
     responses: dict[int, Any] = field(default_factory=dict)

@@ -164,7 +164,9 @@ def _types(routes: Sequence[Endpoint]) -> list[Any]:
     found: list[Any] = list(RESPONSE_TYPES)
     for route in routes:
         errors = route.errors.body if route.errors is not None else None
-        for candidate in (route.body, *route.responses.values(), errors):
+        kinds = [route.body, *route.responses.values(), errors]
+        for candidate in (k for kind in kinds
+                          for k in (kind if isinstance(kind, tuple) else (kind,))):
             if candidate is not None and not isinstance(candidate, str) \
                     and candidate not in found:
                 found.append(candidate)
@@ -179,6 +181,9 @@ def _content(kind: Any, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any]:
         elif kind == "application/json":  # a JSON document without a struct (this one)
             schema = {"type": "object"}
         return {kind: {"schema": schema}}
+    if isinstance(kind, tuple):  # any of them (JSON_TYPE: any object)
+        return {"application/json": {"schema": {"anyOf": [
+            {"type": "object"} if k == "application/json" else schemas[k] for k in kind]}}}
     return {"application/json": {"schema": schemas[kind]}}
 
 
@@ -225,9 +230,9 @@ def document(routes: Sequence[Endpoint]) -> dict[str, Any]:
                     schema[key].update(value)
                 else:
                     schema[key] = value
-    session = components.get("Session")
-    if session is not None:  # the API's sessions are Session.to_dict(): versioned
-        session["properties"]["schema_version"] = {"type": "integer", "const": 1}
+    for name in ("Session", "ListedSession"):  # the API's sessions are versioned
+        if name in components:
+            components[name]["properties"]["schema_version"] = {"type": "integer", "const": 1}
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
         params: list[dict[str, Any]] = [

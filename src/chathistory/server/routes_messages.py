@@ -476,7 +476,8 @@ _SELECTORS = (
 
 ROUTES = [
     Endpoint("POST", MESSAGES, append, "Append messages (atomic; idempotent by message id)",
-             body=AppendBody, responses={200: VersionOut}, if_match=True,
+             body=(AppendBody, *(body for body, _, _ in INPUT_FORMATS.values())),
+             responses={200: VersionOut}, if_match=True,
              query=(Param("format", schema={"enum": ["", *INPUT_FORMATS]}, description=(
                  "openai_chat | openai_responses | anthropic | gemini: the body carries that "
                  "provider's request fields instead of `messages` of chathistory's shape, as "
@@ -486,7 +487,7 @@ ROUTES = [
                  "`id_prefix` (ids <id_prefix>-0, -1, ... in order: without it a retry "
                  "stores the messages again, as they carry no ids)")),)),
     Endpoint("GET", MESSAGES, read_messages, "Read messages with exactly one selector",
-             responses={200: MessagesOut}, query=_SELECTORS),
+             responses={200: (MessagesOut, JSON_TYPE)}, query=_SELECTORS),
     Endpoint("DELETE", MESSAGES, clear, "Remove every message", responses={200: VersionOut}),
     Endpoint("GET", SESSION + "/context", context,
              "The first head positions, system/developer messages and the newest tail",
