@@ -9,6 +9,7 @@ import json
 import re
 from typing import Any
 
+import jsonschema
 import schemathesis
 from schemathesis.openapi.checks import RejectedPositiveData
 
@@ -39,6 +40,19 @@ DECODING = re.compile(r"^(Expected `|Invalid |Object |unknown field|missing requ
 """msgspec's refusals while decoding: the schema's business, never exempt."""
 
 
+APPEND_BODIES = {"openai_chat": "OpenAIChatAppendBody",
+                 "openai_responses": "OpenAIResponsesAppendBody",
+                 "anthropic": "AnthropicAppendBody", "gemini": "GeminiAppendBody"}
+"""An append's body by its ``?format=`` (none: ``AppendBody``)."""
+
+
+def _fits(case: Any, component: str) -> bool:
+    """Whether the case's body is valid by the document's ``component``."""
+    raw = case.operation.schema.raw_schema
+    schema = {"$ref": f"#/components/schemas/{component}", "components": raw["components"]}
+    return bool(jsonschema.Draft202012Validator(schema).is_valid(case.body))
+
+
 def _error(response: Any) -> dict[str, Any]:
     try:
         error = json.loads(response.content)["error"]
@@ -52,11 +66,14 @@ def filter_failure(ctx: Any, failure: Any, case: Any, response: Any) -> bool:
     """Keep every failure but a positive request refused by a rule in ``BEYOND_SCHEMA``."""
     if not isinstance(failure, RejectedPositiveData):
         return True
-    if (case.method.upper() == "POST" and case.path == MESSAGES and response.status_code == 422
-            and (case.query or {}).get("format")):
-        return False  # the body of an append in a provider's shape depends on ?format=
     error = _error(response)
     message = str(error.get("message", ""))
+    if case.method.upper() == "POST" and case.path == MESSAGES and response.status_code == 422:
+        fmt = (case.query or {}).get("format")
+        if not _fits(case, APPEND_BODIES.get(fmt or "", "AppendBody")):
+            return False  # a body of another ?format= than this one's: the document's anyOf
+        if fmt and not DECODING.match(message):
+            return False  # the provider's message rules, past decoding
     if (case.path in MESSAGE_RULES.get(case.method.upper(), ()) and response.status_code == 422
             and str(error.get("path", "")).startswith("$.message")
             and not DECODING.match(message)):

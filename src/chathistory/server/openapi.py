@@ -108,6 +108,23 @@ def _closed(components: dict[str, Any], structs: dict[str, Any]) -> None:
             components[name]["additionalProperties"] = False
 
 
+BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+"""The base64 msgspec decodes into bytes: the standard alphabet, padded."""
+
+
+def _base64(node: Any) -> None:
+    """A ``pattern`` beside msgspec's ``contentEncoding: base64`` (an annotation only):
+    a string that is not base64 is refused."""
+    if isinstance(node, dict):
+        if node.get("contentEncoding") == "base64":
+            node["pattern"] = BASE64_PATTERN
+        for value in node.values():
+            _base64(value)
+    elif isinstance(node, list):
+        for value in node:
+            _base64(value)
+
+
 def _tuples(node: Any) -> None:
     """A tuple (msgspec's ``prefixItems``) as an array whose items are any of its
     members' types: schemathesis turns ``prefixItems`` into the older drafts' list of
@@ -222,6 +239,7 @@ def document(routes: Sequence[Endpoint]) -> dict[str, Any]:
     _date_times(components, structs)
     _closed(components, structs)
     _tuples(components)
+    _base64(components)
     for name, rules in _COMPONENT_RULES.items():
         if name in components:
             schema = components[name]
@@ -277,9 +295,12 @@ def document(routes: Sequence[Endpoint]) -> dict[str, Any]:
         if route.body is not None:
             sent = [e for e in examples if e.body is not None]
             required = route.body not in _EMPTY_ALLOWED and not route.body_optional
+            content = _content(route.body, schemas)
+            if route.body in _BINARY:  # an upload of no bytes is refused
+                content[route.body]["schema"]["minLength"] = 1
             operation["requestBody"] = {"required": required,
-                                        "content": _with_examples(_content(route.body, schemas),
-                                                                  sent, [e.body for e in sent])}
+                                        "content": _with_examples(content, sent,
+                                                                  [e.body for e in sent])}
         paths.setdefault(route.path, {})[route.method.lower()] = operation
     return {
         "openapi": "3.1.0",
