@@ -6,8 +6,8 @@ foresee are named one by one in ``schemathesis_hooks``."""
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,20 +41,17 @@ def test_the_document_says_what_the_server_does(tmp_path: Path) -> None:
     try:
         config = tmp_path / "schemathesis.toml"
         _config(config, served.keys["A"])
-        report = tmp_path / "report.json"
         env = {**os.environ, "SCHEMATHESIS_HOOKS": "schemathesis_hooks",
                "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
         run = subprocess.run(
             [sys.executable, "-m", "schemathesis.cli", "--config-file", str(config), "run",
              f"{served.url}/openapi.json", "--checks", "all", "--max-examples",
              str(MAX_EXAMPLES), "--seed", str(SEED), "--workers", "1", "--no-shrink",
-             "--report", "json", "--report-json-path", str(report),
              "--request-timeout", "30"],
             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     finally:
         served.server.stop()
     summary = run.stdout[-12000:] + run.stderr[-3000:]
     assert run.returncode == 0, summary
-    assert report.exists()
-    found = json.loads(report.read_text())
-    assert found, summary
+    tested = re.search(r"Tested:\s+(\d+)", run.stdout)
+    assert tested is not None and int(tested.group(1)) >= 30, summary  # every operation
