@@ -291,3 +291,20 @@ def test_reasoning_keeps_opaque_data() -> None:
     m = Message(role="assistant", parts=[r, ToolCall(id="c", name="f")]).validate()
     back = Message.from_json(m.to_json())
     assert back.parts[0] == r
+
+
+def test_an_upload_whose_tenant_is_erased_meanwhile_is_a_conflict(tmp_path: Path) -> None:
+    """Found by the OpenAPI conformance run (two workers): ``POST /v1/erase`` removed
+    the tenant's directory under an upload in progress, whose commit then raised
+    ``FileNotFoundError`` (a 500). Now a ``Conflict`` (409): send it again."""
+    from chathistory.assets import FileAssetStore
+    from chathistory.errors import Conflict
+
+    assets = FileAssetStore(tmp_path)
+    writer = assets.writer("t", name="notes.txt", mime_type="text/plain")
+    writer.write(b"The meeting is at 10.")
+    assets.erase("t")
+    with pytest.raises(Conflict):
+        writer.commit()
+    again = assets.put("t", b"The meeting is at 10.", name="notes.txt", mime_type="text/plain")
+    assert assets.info("t", again.sha256) is not None

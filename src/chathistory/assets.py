@@ -26,7 +26,7 @@ from typing import BinaryIO
 
 import msgspec
 
-from .errors import ChatHistoryError, InvalidMessage, NotFound
+from .errors import ChatHistoryError, Conflict, InvalidMessage, NotFound
 from .model import Attachment
 from .model._sniff import SUPPORTED_MIME_TYPES, UNKNOWN_MIME_TYPE, sniff_mime
 from .model.parts import MAX_ATTACHMENT_BYTES
@@ -193,16 +193,21 @@ class AssetWriter:
         self._file.close()
         self._file = None
         final = self.store._path(self.tenant, digest)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        if final.exists():
-            self._tmp.unlink(missing_ok=True)  # stored before: keep one copy
-        else:
-            os.replace(self._tmp, final)
-        meta_path = final.with_suffix(".json")
-        if not meta_path.exists():
-            tmp_meta = final.parent / f".{digest}.{os.getpid()}.json"
-            tmp_meta.write_bytes(msgspec.json.encode(meta))
-            os.replace(tmp_meta, meta_path)
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            if final.exists():
+                self._tmp.unlink(missing_ok=True)  # stored before: keep one copy
+            else:
+                os.replace(self._tmp, final)
+            meta_path = final.with_suffix(".json")
+            if not meta_path.exists():
+                tmp_meta = final.parent / f".{digest}.{os.getpid()}.json"
+                tmp_meta.write_bytes(msgspec.json.encode(meta))
+                os.replace(tmp_meta, meta_path)
+        except FileNotFoundError:  # the tenant's files were erased during the upload
+            self._tmp.unlink(missing_ok=True)
+            raise Conflict("the tenant's attachments were erased during this upload; "
+                           "send it again") from None
         return attachment
 
     def abort(self) -> None:

@@ -40,6 +40,7 @@ from .model.parts import MediaPart
 
 __all__ = [
     "AUDIO_TOKENS_ESTIMATE",
+    "COUNTER_NAME_PATTERN",
     "FILE_TOKENS_PER_KB_ESTIMATE",
     "ApproxCounter",
     "CallableCounter",
@@ -494,6 +495,14 @@ _MODEL_ENCODINGS = (
 _MODEL_SUFFIX = re.compile(r"[-.:@][A-Za-z0-9._:@-]*")
 MAX_COUNTER_NAME = 100
 """The longest counter name ``get_counter`` accepts (model names are far shorter)."""
+_APPROX_RATIO = r"0*(?:[1-9][0-9]?(?:\.[0-9]*)?|0?\.[5-9][0-9]*|100(?:\.0*)?)"
+"""A number of characters per token from 0.5 to 100, written in decimal."""
+_FAMILIES = "|".join(family.replace(".", r"\.") for family, _ in _MODEL_ENCODINGS)
+COUNTER_NAME_PATTERN = (
+    rf"^(?=.{{1,{MAX_COUNTER_NAME}}}$)(?:o200k_base|cl100k_base|approx(?::{_APPROX_RATIO})?"
+    rf"|(?:ft:)?(?:{_FAMILIES})(?:{_MODEL_SUFFIX.pattern})?)$")
+"""Every name ``get_counter`` knows, as a regular expression (the OpenAPI document's
+``pattern`` of a counter name): ``get_counter`` accepts a name if and only if it matches."""
 _counters: dict[str, TokenCounter] = {}
 """One counter per canonical name (o200k_base, cl100k_base, approx): never keyed by a
 name a caller chose, so it cannot grow (model names resolve to their encoding's)."""
@@ -518,10 +527,8 @@ def model_encoding(name: str) -> str | None:
 def _approx_ratio(spec: str) -> float:
     """The characters per token of an ``approx:N`` name (what ``ApproxCounter.name``
     records, so a saved window or count names a counter that can be made again)."""
-    try:
-        ratio = float(spec[len("approx:"):])
-    except ValueError:
-        ratio = 0.0
+    text = spec[len("approx:"):]
+    ratio = float(text) if re.fullmatch(_APPROX_RATIO, text) else 0.0
     if not 0.5 <= ratio <= 100:
         raise ValueError(f"unknown tokenizer {spec[:60]!r}: approx:N takes N characters per "
                          "token, 0.5 to 100")
@@ -540,6 +547,9 @@ def get_counter(spec: str | TokenCounter | Callable[[str], int] | None = None) -
         found = _counters.get(spec)
         if found is not None:
             return found
+        if len(spec) > MAX_COUNTER_NAME:
+            raise ValueError(f"unknown tokenizer {spec[:60]!r}...: a name has at most "
+                             f"{MAX_COUNTER_NAME} characters")
         counter: TokenCounter
         if spec in ("o200k_base", "cl100k_base"):
             counter = EncodingCounter(spec)

@@ -21,7 +21,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -174,6 +174,8 @@ class Param:
     type: str = "string"
     description: str = ""
     required: bool = False
+    schema: Mapping[str, Any] | None = None
+    """More of its JSON Schema (enum, pattern, bounds): what the route accepts."""
 
 
 @dataclass(frozen=True)
@@ -194,7 +196,10 @@ class Endpoint:
     handler: Callable[[Context], Awaitable[Response]]
     summary: str
     body: Any = None
-    """A struct type (JSON) or a media type string (raw body)."""
+    """A struct type (JSON), a tuple of them (any of them: a query parameter says which),
+    or a media type string (raw body)."""
+    body_optional: bool = False
+    """An empty body is served as ``{}`` (the document says the body is not required)."""
     responses: dict[int, Any] = field(default_factory=dict)
     """Status -> struct type, media type string, or None (no body)."""
     query: tuple[Param, ...] = ()

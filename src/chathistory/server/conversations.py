@@ -49,6 +49,7 @@ from ..stores.lifecycle import BOOKKEEPING_KEY
 from ..stores.model import Session
 from .app import Context, Endpoint, ErrorStyle, Param, call_store, run
 from .conversations_items import (
+    INCLUDABLE,
     MAX_ITEMS,
     check_include,
     check_metadata,
@@ -611,8 +612,9 @@ async def delete_item(ctx: Context) -> Response:
     return json_response(_conversation(session))
 
 
-_INCLUDE = Param("include", "string", "accepted values of the SDK's ResponseIncludable "
-                 "(also as include[]); every stored field is always returned")
+_INCLUDE = Param("include", "array", "accepted values of the SDK's ResponseIncludable "
+                 "(also as include[]); every stored field is always returned",
+                 schema={"items": {"enum": sorted(INCLUDABLE)}})
 
 
 def endpoints(prefix: str) -> list[Endpoint]:
@@ -629,7 +631,8 @@ def endpoints(prefix: str) -> list[Endpoint]:
     return [
         Endpoint("POST", conversations, create_conversation,
                  "Create a conversation (a session), with up to 20 items and metadata",
-                 body=ConversationCreateBody, responses={200: OpenAIConversation}, **common),
+                 body=ConversationCreateBody, body_optional=True,
+                 responses={200: OpenAIConversation}, **common),
         Endpoint("GET", conversation, get_conversation, "Retrieve a conversation",
                  responses={200: OpenAIConversation}, **common),
         Endpoint("POST", conversation, update_conversation,
@@ -645,8 +648,10 @@ def endpoints(prefix: str) -> list[Endpoint]:
         Endpoint("GET", items, list_items, "List items, a page at a time",
                  responses={200: OpenAIItemList},
                  query=(Param("after", description="the id of the item the page starts after"),
-                        Param("limit", "integer", "1 to 100 (default 20)"),
-                        Param("order", description="asc | desc (default desc: newest first)"),
+                        Param("limit", "integer", "1 to 100 (default 20)",
+                              schema={"minimum": 1, "maximum": 100}),
+                        Param("order", schema={"enum": ["", "asc", "desc"]},
+                              description="asc | desc (default desc: newest first)"),
                         _INCLUDE), **common),
         Endpoint("GET", item, get_item, "Retrieve an item", responses={200: JSON_TYPE},
                  query=(_INCLUDE,), **common),

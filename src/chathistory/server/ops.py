@@ -17,13 +17,16 @@ from ..reduce import MessageCountReducer, TokenBudgetReducer, TruncationReducer
 from ..reduce.base import Reducer
 from ..stores.base import Store
 from ..stores.model import utcnow
-from ..tokens import TokenCounter, get_counter
+from ..tokens import COUNTER_NAME_PATTERN, TokenCounter, get_counter
 from ..window import ContextWindow, WindowPlan
 from .errors import BadRequest, PreconditionFailed
 from .schema import ReduceBody, ReduceOut, WindowBody
 
-__all__ = ["WINDOW_STATE_KEY", "counter_for", "plan_window", "reduce_session"]
+__all__ = ["QUERY_COUNTER", "WINDOW_STATE_KEY", "counter_for", "plan_window", "reduce_session"]
 
+QUERY_COUNTER = {"pattern": f"^$|{COUNTER_NAME_PATTERN}"}
+"""The schema of a ``counter`` query parameter: a name ``counter_for`` knows, or empty
+(the store's)."""
 WINDOW_STATE_KEY = "chathistory.window"
 """Where ``plan_window`` keeps the window's layout in ``Session.state``."""
 

@@ -12,7 +12,7 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from ..assets import AssetTooLarge, AssetWriter, check_digest
 from ..errors import InvalidMessage, NotFound
 from ..model import Attachment
-from ..model._sniff import sniff_mime
+from ..model._sniff import SUPPORTED_MIME_TYPES, UNKNOWN_MIME_TYPE, sniff_mime
 from ..stores.base import BaseStore, Store
 from .app import Context, Endpoint, Param, call_store, run
 from .errors import BadRequest, HTTPError
@@ -28,6 +28,12 @@ _EXPORT_CHUNK = 64 * 1024
 
 
 # ---------------------------------------------------------------- assets
+
+
+_MIME_TYPE = {"anyOf": [{"enum": ["", UNKNOWN_MIME_TYPE, *sorted(SUPPORTED_MIME_TYPES)]},
+                        {"pattern": "^text/"}]}
+"""The media types an upload may name (any ``text/``); a message refuses what it cannot
+send to a model."""
 
 
 def _upload_mime(ctx: Context) -> str | None:
@@ -232,7 +238,7 @@ ROUTES = [
              body="application/octet-stream", responses={201: Attachment},
              query=(Param("name", description="file name"),
                     Param("mime_type", description="media type (default: Content-Type, "
-                          "else sniffed)")), tag="assets"),
+                          "else sniffed)", schema=_MIME_TYPE)), tag="assets"),
     Endpoint("GET", "/v1/assets/{sha256}", download_asset,
              "Download an attachment's bytes (served as their own media type)",
              responses={200: "*/*"}, tag="assets"),

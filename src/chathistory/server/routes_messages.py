@@ -21,7 +21,7 @@ from ..stores.engine import Engine
 from ..window import WindowPlan
 from .app import Context, Endpoint, Param, call_store, run
 from .errors import BadRequest, HTTPError
-from .ops import counter_for, plan_window, reduce_session
+from .ops import QUERY_COUNTER, counter_for, plan_window, reduce_session
 from .routes_sessions import SESSION, guarded
 from .schema import (
     MAX_MESSAGES_PER_APPEND,
@@ -42,6 +42,7 @@ from .schema import (
 )
 from .wire import (
     JSON_TYPE,
+    QUERY_COUNT,
     etag,
     if_match,
     json_response,
@@ -448,29 +449,36 @@ async def window(ctx: Context) -> Response:
 
 
 _SELECTORS = (
-    Param("tail", "integer", "the newest N messages, widened to whole groups"),
+    Param("tail", "integer", "the newest N messages, widened to whole groups",
+          schema=QUERY_COUNT),
     Param("max_tokens", "integer", "the newest messages within N tokens (reply priming "
-          "included), whole groups only"),
-    Param("counter", description="with max_tokens: the tokenizer (default: the store's)"),
-    Param("since", description="compaction: from the newest message holding a provider's "
+          "included), whole groups only", schema=QUERY_COUNT),
+    Param("counter", description="with max_tokens: the tokenizer (default: the store's)",
+          schema=QUERY_COUNTER),
+    Param("since", schema={"enum": list(SINCE)},
+          description="compaction: from the newest message holding a provider's "
           "compaction (a `compaction` part) on, widened back to whole groups, marked messages "
           "included; the whole session when it holds none"),
     Param("keep_system", "boolean", "with max_tokens or since: keep system and developer "
           "messages (with since: those before the compaction, first)"),
-    Param("start", "integer", "messages at positions start..stop (0 = oldest)"),
-    Param("stop", "integer", "with start: the end position (exclusive)"),
+    Param("start", "integer", "messages at positions start..stop (0 = oldest)",
+          schema=QUERY_COUNT),
+    Param("stop", "integer", "with start: the end position (exclusive)", schema=QUERY_COUNT),
     Param("include_marked", "boolean", "with tail or start: include marked messages"),
-    Param("format", description="openai_chat | openai_responses | anthropic | gemini: "
-          "answer in that provider's request shape"),
-    Param("assets", description="with format: inline (default; each stored attachment's "
-          "bytes at most once per response, Limits.inline_bytes in all, else 422) | url "
+    Param("format", schema={"enum": ["", *FORMATS]},
+          description="openai_chat | openai_responses | anthropic | gemini: answer in that "
+          "provider's request shape (empty: chathistory's)"),
+    Param("assets", schema={"enum": ["", *ASSET_MODES]},
+          description="with format: inline (default; each stored attachment's bytes at most "
+          "once per response, Limits.inline_bytes in all, else 422) | url "
           "(the URL of GET /v1/assets/{sha256} instead)"),
 )
 
 ROUTES = [
     Endpoint("POST", MESSAGES, append, "Append messages (atomic; idempotent by message id)",
-             body=AppendBody, responses={200: VersionOut}, if_match=True,
-             query=(Param("format", description=(
+             body=(AppendBody, *(body for body, _, _ in INPUT_FORMATS.values())),
+             responses={200: VersionOut}, if_match=True,
+             query=(Param("format", schema={"enum": ["", *INPUT_FORMATS]}, description=(
                  "openai_chat | openai_responses | anthropic | gemini: the body carries that "
                  "provider's request fields instead of `messages` of chathistory's shape, as "
                  "a read with the same format returns them (openai_chat: `messages`; "
@@ -479,12 +487,13 @@ ROUTES = [
                  "`id_prefix` (ids <id_prefix>-0, -1, ... in order: without it a retry "
                  "stores the messages again, as they carry no ids)")),)),
     Endpoint("GET", MESSAGES, read_messages, "Read messages with exactly one selector",
-             responses={200: MessagesOut}, query=_SELECTORS),
+             responses={200: (MessagesOut, JSON_TYPE)}, query=_SELECTORS),
     Endpoint("DELETE", MESSAGES, clear, "Remove every message", responses={200: VersionOut}),
     Endpoint("GET", SESSION + "/context", context,
              "The first head positions, system/developer messages and the newest tail",
              responses={200: MessagesOut},
-             query=(Param("head", "integer"), Param("tail", "integer"))),
+             query=(Param("head", "integer", schema=QUERY_COUNT),
+                    Param("tail", "integer", schema=QUERY_COUNT))),
     Endpoint("GET", MESSAGES + "/{message_id}", get_message, "Read one message",
              responses={200: Message}),
     Endpoint("POST", SESSION + "/pop", pop, "Remove and return the newest message",

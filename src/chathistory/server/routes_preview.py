@@ -18,9 +18,9 @@ from ..stores.base import Store
 from ..tokens import TokenCounter
 from .app import Context, Endpoint, Param, call_store
 from .errors import BadRequest
-from .ops import counter_for
+from .ops import QUERY_COUNTER, counter_for
 from .routes_sessions import SESSION
-from .wire import json_response, query_bool, query_int, query_str
+from .wire import QUERY_COUNT, json_response, query_bool, query_int, query_str
 
 __all__ = ["ROUTES", "WindowPreview", "preview_window"]
 
@@ -91,8 +91,10 @@ ROUTES = [
              "Preview the context window at a budget: what the model would see now, and "
              "what is left out (writes nothing)",
              responses={200: WindowPreview},
-             query=(Param("max_tokens", "integer", "the budget, in tokens (required)"),
+             query=(Param("max_tokens", "integer", "the budget, in tokens", required=True,
+                          schema=QUERY_COUNT),
                     Param("keep_system", "boolean", "keep every system and developer "
                           "message, paid for first (default true)"),
-                    Param("counter", description="the counter (default: the store's)"))),
+                    Param("counter", description="the counter (default: the store's)",
+                          schema=QUERY_COUNTER))),
 ]

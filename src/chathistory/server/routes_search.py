@@ -86,8 +86,9 @@ ROUTES = [
              query=(Param("q", description="the words to find, all in one message (any "
                           "order, any case, accents ignored); \"quoted words\" in a row; "
                           "word* every word it begins. Letters and digits make words; the "
-                          "rest separates them", required=True),
-                    Param("limit", "integer", f"1 to {MAX_LIMIT} (default 20)"),
+                          "rest separates them", required=True, schema={"pattern": r"\S"}),
+                    Param("limit", "integer", f"1 to {MAX_LIMIT} (default 20)",
+                          schema={"minimum": 1, "maximum": MAX_LIMIT}),
                     Param("cursor", description="next_cursor of the previous page (with "
                           "the same q and filters)"),
                     Param("user", description="only this user's sessions"),

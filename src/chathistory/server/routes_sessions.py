@@ -134,10 +134,12 @@ ROUTES = [
              "List sessions: oldest first, or last changed first; filter, search. Each "
              "item has its title and preview (and with q a snippet); total counts them all",
              responses={200: SessionList},
-             query=(Param("limit", "integer", "1 to 1000 (default 50)"),
+             query=(Param("limit", "integer", "1 to 1000 (default 50)",
+                          schema={"minimum": 1, "maximum": 1000}),
                     Param("cursor", description="next_cursor of the previous page (given "
                           "with the same order)"),
-                    Param("order", description="created (default): oldest created first; "
+                    Param("order", schema={"enum": ["", *_ORDERS]},
+                          description="created (default): oldest created first; "
                           "recent: last changed (updated_at) first"),
                     Param("q", description="only sessions one of whose own messages "
                           "matches this search (words, \"phrases\", prefix*: as GET "

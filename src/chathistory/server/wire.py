@@ -30,8 +30,10 @@ from .work import HEAVY_BODY, SMALL_BODY, decode_elsewhere
 
 __all__ = [
     "BODY_IDLE_SECONDS",
+    "IF_MATCH_PATTERN",
     "JSON_TYPE",
     "PARTS_HINT",
+    "QUERY_COUNT",
     "body_chunks",
     "decode_json",
     "encode_session",
@@ -127,7 +129,9 @@ def decode_json(body: bytes, type: type[T]) -> T:
         value: T = decoders[0].decode(body)
         decoders[1].decode(body)
     except msgspec.ValidationError as exc:
-        raise _invalid(exc, type) from None
+        value = _with_integral_floats(body, decoders, exc)
+        if value is None:
+            raise _invalid(exc, type) from None
     except msgspec.DecodeError as exc:
         raise HTTPError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
     except RecursionError:
@@ -135,6 +139,49 @@ def decode_json(body: bytes, type: type[T]) -> T:
     except UnicodeDecodeError:
         raise HTTPError(400, "invalid_json", "the body is not valid UTF-8") from None
     return value
+
+
+_INT_GOT_FLOAT = re.compile(r"^Expected `int[^`]*`, got `float`$")
+_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
+MAX_INTEGRAL_FLOATS = 100
+"""The most integral floats (``1.0``) one body may give for integer fields."""
+
+
+def _with_integral_floats(body: bytes, decoders: tuple[msgspec.json.Decoder[Any], ...],
+                          exc: msgspec.ValidationError) -> Any:
+    """``body`` decoded with each integral float that msgspec refused for an integer
+    field made an integer, or None when a refused value is not an integral float (or
+    cannot be located). ``1.0`` is an integer to JSON Schema, so to the OpenAPI
+    document, and it is what some clients' JSON encoders write for one; a float
+    elsewhere (a metadata value) is left as it is."""
+    document: Any = None
+    for _ in range(MAX_INTEGRAL_FLOATS):
+        error = invalid_from(exc)
+        if not _INT_GOT_FLOAT.match(error.reason):
+            return None
+        if document is None:
+            document = msgspec.json.decode(body)
+        parent, key = None, None
+        node = document
+        rest = error.path[1:]
+        for step in _STEP.finditer(rest):
+            parent, key = node, step.group(1) if step.group(1) is not None else int(step.group(2))
+            try:
+                node = node[key]
+            except (KeyError, IndexError, TypeError):
+                return None
+        if parent is None or "".join(s.group(0) for s in _STEP.finditer(rest)) != rest \
+                or not isinstance(node, float) or not node.is_integer():
+            return None
+        parent[key] = int(node)
+        again = msgspec.json.encode(document)
+        try:
+            value = decoders[0].decode(again)
+            decoders[1].decode(again)
+            return value
+        except msgspec.ValidationError as next_exc:
+            exc = next_exc
+    return None
 
 
 _UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$", re.S)
@@ -312,18 +359,21 @@ def session_response(session: Session, status: int = 200) -> Response:
                     media_type=JSON_TYPE)
 
 
+IF_MATCH_PATTERN = r'^(?:\*|(?:W/)?"[0-9]{1,18}"|[0-9]{1,18})$'
+"""The ``If-Match`` values a write takes (the OpenAPI document's pattern): ``*`` (any
+version), a session version as an entity tag, ``"3"`` or ``W/"3"``, or bare, ``3``."""
+_IF_MATCH = re.compile(IF_MATCH_PATTERN)
+
+
 def if_match(request: Request) -> int | None:
-    """The version named by ``If-Match`` (``"3"``, ``W/"3"`` or ``3``); None without one."""
+    """The version named by ``If-Match`` (``IF_MATCH_PATTERN``); None without one or
+    for ``*``."""
     raw = request.headers.get("if-match")
-    if raw is None or raw.strip() == "*":
+    if raw is None:
         return None
-    text = raw.strip()
-    if text.startswith("W/"):
-        text = text[2:]
-    text = text.strip('"')
-    if not text.isdigit() or len(text) > 18:
+    if not _IF_MATCH.fullmatch(raw):
         raise BadRequest("If-Match must be a session version, e.g. \"3\"")
-    return int(text)
+    return None if raw == "*" else int(raw.removeprefix("W/").strip('"'))
 
 
 def query_str(request: Request, name: str) -> str | None:
@@ -335,6 +385,10 @@ def query_str(request: Request, name: str) -> str | None:
     if len(values) > 1:
         raise BadRequest(f"query parameter {name} is given {len(values)} times; give it once")
     return values[0] if values else None
+
+
+QUERY_COUNT = {"minimum": 0, "maximum": 2**53}
+"""The schema of an integer query parameter ``query_int`` reads with its default bounds."""
 
 
 def query_int(request: Request, name: str, default: int | None = None, *, low: int = 0,
