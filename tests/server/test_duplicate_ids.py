@@ -108,7 +108,8 @@ def test_a_stored_id_with_other_content_is_a_409(served: Served, a: httpx.Client
     assert _ids(a.get(url, params={"start": 0})) == ["u1", "a1", "t1"]
 
 
-PNG = "iVBORw0KGgoAAAANSUhEUgAAAAQAAAACCAIAAADwyuo0AAAAEElEQVR42mP4n+wORwzIHACygg1JFQf1EgAAAABJRU5ErkJggg=="
+PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAQAAAACCAIAAADwyuo0AAAAEElEQVR42mP4n+wORwzIHACygg1JFQf1EgAAAABJ"
+       "RU5ErkJggg==")
 FORMATS: dict[str, dict[str, Any]] = {
     "openai_chat": {"messages": [
         {"role": "system", "content": "be brief"},

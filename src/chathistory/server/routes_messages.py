@@ -215,7 +215,7 @@ def _name_unnamed_calls(messages: list[Message]) -> None:
     repeats (the store refuses other content under a stored id)."""
     renamed: dict[str, str] = {}
     for message in messages:
-        if not any(type(p) is ToolCall and _unnamed(p) or type(p) is ToolResult
+        if not any((type(p) is ToolCall and _unnamed(p)) or type(p) is ToolResult
                    for p in message.parts):
             continue
         parts: list[Part] = []
