@@ -619,23 +619,24 @@ def test_id_reused_with_other_content_is_refused(store: BaseStore) -> None:
 def test_id_resent_unchanged_is_a_retry(store: BaseStore) -> None:
     """The same message sent again is a retry whatever the library or the store fill in
     (its creation time, its KV fields and token counts, an attachment's id and image
-    size, its bytes moved to the asset storage) and however its objects order their
-    keys: the append answers the version that stored it and stores nothing."""
+    size, its bytes moved to the asset storage), however its objects order their keys,
+    and with what JSON makes of its values (NaN is null): the append answers the
+    version that stored it and stores nothing."""
     s = store.create_session()
     png = _png()
     image = Attachment.from_bytes(png, mime_type="image/png")
     first = Message(id="m1", role="user", parts=[TextPart(text="look"), ImagePart(
-        attachment=image)], metadata={"a": 1, "b": {"c": [1, 2]}})
+        attachment=image)], metadata={"a": 1, "b": {"c": [1, 2]}, "n": float("nan")})
     call = Message.assistant("", [{"id": "c9", "name": "f", "arguments": '{"x": 1}'}])
     result = Message.tool_result("c9", [TextPart(text="seen"), ImagePart(attachment=image)])
     assert store.append(s.id, [first, call, result]) == 1
     store.mark(s.id, [first.id], KVStatus.MARKED)
     again = Message(id="m1", role="user", parts=[
         TextPart(text="look"), ImagePart(attachment=Attachment.from_bytes(png))],
-        metadata={"b": {"c": [1, 2]}, "a": 1}, kv_size=12, kv_start=3,
+        metadata={"n": float("nan"), "b": {"c": [1, 2]}, "a": 1}, kv_size=12, kv_start=3,
         token_counts={"other": 5})
     reference = Message(id="m1", role="user", parts=[TextPart(text="look"), ImagePart(
-        attachment=image.without_data())], metadata={"a": 1, "b": {"c": [1, 2]}})
+        attachment=image.without_data())], metadata={"a": 1, "b": {"c": [1, 2]}, "n": None})
     for retry in ([again], [reference], [Message.from_json(m.to_json()) for m in
                                          (first, call, result)], [first, again]):
         assert store.append(s.id, retry) == 1

@@ -17,7 +17,7 @@ import msgspec
 
 from ..errors import IdReused, InvalidArgument, InvalidMessage
 from ..model import Message
-from ..model.codec import strip_part
+from ..model.codec import encode, strip_part
 
 __all__ = ["check_id", "check_json", "check_user", "reused_field", "sent_content",
            "ttl_deadline", "validated"]
@@ -83,6 +83,7 @@ def validated(messages: Iterable[Message]) -> list[Message]:
     return batch
 
 
+_json = msgspec.json.Decoder()
 _NOT_SENT = ("created_at", "kv_size", "kv_start", "kv_status", "token_counts")
 """Fields of a message its sender does not say: the time it was made (a retry that
 builds the message again makes it anew), the KV-cache bookkeeping and the cached
@@ -94,14 +95,15 @@ to stored bytes may leave it out)."""
 
 
 def sent_content(message: Message) -> dict[str, Any]:
-    """``message`` as its sender said it, as JSON values: what a retry repeats.
+    """``message`` as its sender said it, as the JSON values a store keeps: what a retry
+    repeats.
 
     Without ``_NOT_SENT`` and, in attachments, ``_DERIVED``; compared as values,
     so the order of an object's keys does not matter."""
     if message.has_media:
         message = msgspec.structs.replace(
             message, parts=[strip_part(p, {}) for p in message.parts])
-    content: dict[str, Any] = msgspec.to_builtins(message)
+    content: dict[str, Any] = _json.decode(encode(message))  # as it is stored: NaN is null
     for name in _NOT_SENT:
         content.pop(name, None)
     if message.has_media:
