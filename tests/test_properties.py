@@ -22,6 +22,7 @@ from chathistory import (
     Attachment,
     DuplicateMessage,
     History,
+    IdReused,
     ImagePart,
     InvalidMessage,
     KVStatus,
@@ -32,6 +33,7 @@ from chathistory import (
     ToolResult,
 )
 from chathistory.groups import Groups, group_spans
+from chathistory.stores import MemoryStore
 from chathistory.tokens import ApproxCounter, TokenCounter, cached_count, get_counter
 
 APPROX = ApproxCounter()
@@ -537,6 +539,33 @@ def test_adding_a_present_id_changes_nothing(messages: list[Message],
     assert history.extend(list(messages) * 2) == 0
     assert _snapshot(history) == before
     assert history.get(target.id) is target
+
+
+@FAST
+@given(nonempty_conversations, st.data())
+def test_a_store_takes_a_message_sent_again_and_refuses_other_content(
+        messages: list[Message], data: st.DataObject) -> None:
+    """A store's append is a retry for a message sent again as the wire makes it (its
+    JSON, without ``created_at``, with the store's token counts and statuses), and
+    refuses the message with other content under its id (``IdReused``); ``History``
+    keeps its list semantics (above: a present id is a no-op)."""
+    store = MemoryStore(counter=APPROX)
+    store.create_session("s")
+    assert store.append("s", messages) == 1
+    stored = [store.get("s", m.id) for m in messages]  # (a read leaves orphans out)
+    resent = []
+    for m in stored:
+        wire = json.loads(m.to_json())
+        wire.pop("created_at")
+        resent.append(Message.from_dict(wire))
+    assert store.append("s", data.draw(st.permutations(resent), label="order")) == 1
+    assert store.append("s", [*messages, *stored]) == 1
+    target = data.draw(st.sampled_from(messages), label="target")
+    other = msgspec.structs.replace(target, metadata={**target.metadata, "other": True})
+    with pytest.raises(IdReused) as caught:
+        store.append("s", [Message.user("new"), other])
+    assert (caught.value.message_id, caught.value.field) == (target.id, "metadata")
+    assert store.get_session("s").version == 1 and store.count("s") == len(messages)
 
 
 @FAST

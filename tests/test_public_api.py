@@ -22,6 +22,7 @@ HOMES = {
     "FilePart": "chathistory.model",
     "History": "chathistory.history",
     "HistoryProvider": "chathistory.provider",
+    "IdReused": "chathistory.errors",
     "ImagePart": "chathistory.model",
     "InvalidArgument": "chathistory.errors",
     "InvalidMessage": "chathistory.errors",

@@ -12,6 +12,8 @@ Every error the library raises on purpose derives from one root::
     │                                      not make, a range past the end, a negative n)
     ├── NotFound (also KeyError)           an unknown session, message or asset
     ├── Conflict                           a stale ``expected_version`` / ``If-Match``
+    │   └── IdReused                       an append re-sent a stored message id with
+    │                                      other content; ``.message_id``, ``.field``
     ├── StoreUnavailable                   the store cannot be reached or written now
     │   │                                  (retry after ``.retry_after`` seconds)
     │   └── StorageFull                    its disk is full; ``.where`` names it
@@ -26,6 +28,7 @@ __all__ = [
     "ChatHistoryError",
     "Conflict",
     "DuplicateMessage",
+    "IdReused",
     "InvalidArgument",
     "InvalidMessage",
     "MissingDependency",
@@ -89,6 +92,26 @@ class NotFound(ChatHistoryError, KeyError):
 
 class Conflict(ChatHistoryError):
     """A write was made against a stale version of a session."""
+
+
+class IdReused(Conflict):
+    """An append carries a message whose id is stored (or repeated in the batch) with
+    other content: not a retry, which repeats what it sent, so refused as a whole.
+
+    Appends are idempotent by id; as with a payment API's idempotency key reused with
+    other parameters, a different body under a known id is a 409, never a silent
+    no-op. ``message_id`` names the id and ``field`` the first field that differs
+    (``parts[0].text``; ``parts`` when their number differs).
+    """
+
+    def __init__(self, message_id: str, field: str, *, in_batch: bool = False,
+                 message: str | None = None) -> None:
+        self.message_id = message_id
+        self.field = field
+        where = ("is repeated in the batch with other content" if in_batch
+                 else "is stored with other content")
+        super().__init__(message or f"message {message_id!r} {where}: {field} differs (an "
+                         "id names one message; a retry re-sends it unchanged)")
 
 
 class MissingDependency(ChatHistoryError, ImportError):

@@ -21,7 +21,7 @@ from langchain_core.messages import (
     get_buffer_string,
 )
 
-from chathistory import InvalidMessage, Message
+from chathistory import IdReused, InvalidMessage, Message
 from chathistory.integrations.langchain import (
     ChatHistoryMessageHistory,
     from_langchain,
@@ -191,6 +191,20 @@ def test_adding_the_same_messages_again_stores_nothing(store: BaseStore) -> None
     history.add_message(AIMessage("hello", id="run-7"))
     assert [m.content for m in history.messages] == ["hi", "hello"]
     assert [m.id for m in history.messages] == ["q-1", "run-7"]
+
+
+def test_a_call_without_id_added_again_stores_nothing(store: BaseStore) -> None:
+    """A tool call LangChain holds without an id gets one named after its message, the
+    same each time: adding the message again is a retry, not other content under its
+    id (which the store refuses); another message under that id is refused."""
+    history = ChatHistoryMessageHistory(store, "s1")
+    call = AIMessage("", id="run-8", tool_calls=[{"name": "f", "args": {"a": 1}, "id": None}])
+    history.add_messages([call])
+    history.add_messages([call])
+    assert len(store.range("s1")) == 1
+    assert store.range("s1")[0].tool_calls[0].id == "run-8.call0"
+    with pytest.raises(IdReused):
+        history.add_message(AIMessage("other", id="run-8"))
 
 
 def test_langchain_convenience_methods(store: BaseStore) -> None:

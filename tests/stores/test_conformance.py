@@ -18,6 +18,7 @@ from chathistory import (
     Attachment,
     Conflict,
     History,
+    IdReused,
     ImagePart,
     InvalidArgument,
     InvalidMessage,
@@ -531,17 +532,17 @@ def test_late_results_of_split_calls_in_reverse_order(store: BaseStore) -> None:
 
 def test_one_id_twice_in_one_append(store: BaseStore) -> None:
     """Idempotent by message id inside a batch too: a second message with an id the
-    batch already holds is dropped (the first copy is stored), as ``History.extend``
-    does; nothing is stored twice and the append is not refused."""
+    batch already holds, and the same content, is dropped (the first copy is stored),
+    as ``History.extend`` does; nothing is stored twice and the append is not refused."""
     s = store.create_session()
     first, other = Message.user("first copy"), Message.assistant("other")
-    copy = Message.user("second copy", id=first.id)
+    copy = Message.user("first copy", id=first.id)  # made again: another created_at
     assert store.append(s.id, [first, other, copy, other]) == 1
     history = History()
     history.extend([first, other, copy, other])
     assert ids(store.range(s.id)) == [first.id, other.id] == ids(history.messages)
     assert [m.text for m in store.range(s.id)] == ["first copy", "other"]
-    assert store.count(s.id) == 2 and store.get(s.id, first.id).text == "first copy"
+    assert store.count(s.id) == 2 and store.get(s.id, first.id).created_at == first.created_at
     assert store.get_session(s.id).token_count == sum(
         cached_count(m, store.counter) for m in (first, other))
     assert store.append(s.id, [copy, copy]) == 1  # a retry of what is stored
@@ -556,6 +557,108 @@ def test_one_id_twice_in_one_append(store: BaseStore) -> None:
     store.append(fork.id, [first, call, result, call, result, first])  # inherited + repeats
     assert ids(store.range(fork.id)) == ids([first, other, call, result])
     assert ids(store.tail(fork.id, 1)) == ids([call, result])
+
+
+def _refused(store: BaseStore, session_id: str, batch: list[Message], message_id: str,
+             field: str) -> None:
+    """``batch`` is refused with ``IdReused`` naming ``message_id`` and ``field``, and
+    nothing of it is stored."""
+    before = store.get_session(session_id)
+    stored = ids(store.range(session_id))
+    with pytest.raises(IdReused) as caught:
+        store.append(session_id, batch)
+    assert isinstance(caught.value, Conflict)
+    assert (caught.value.message_id, caught.value.field) == (message_id, field)
+    assert repr(message_id) in str(caught.value) and f"{field} differs" in str(caught.value)
+    after = store.get_session(session_id)
+    assert (after.version, after.message_count) == (before.version, before.message_count)
+    assert ids(store.range(session_id)) == stored
+
+
+def test_id_reused_with_other_content_is_refused(store: BaseStore) -> None:
+    """An id names one message: a message sent again under a stored id with other
+    content is no retry, so the append is refused (``IdReused``, a ``Conflict``) naming
+    the id and the field, and nothing of the batch is stored: a whole retry, a batch
+    that also holds new messages, an id the batch repeats, an id a fork inherits."""
+    s = store.create_session()
+    call = Message.assistant("", [{"id": "c1", "name": "f", "arguments": {"a": 1}}])
+    first = Message.user("hello", id="abc", metadata={"k": 1})
+    batch = [first, call, Message.tool_result("c1", "ok", id="r1")]
+    assert store.append(s.id, batch) == 1
+    new = Message.user("new")
+    _refused(store, s.id, [Message.user("hello!", id="abc", metadata={"k": 1})],
+             "abc", "parts[0].text")
+    _refused(store, s.id, [new, Message.user("hello", id="abc", metadata={"k": 2})],
+             "abc", "metadata.k")
+    _refused(store, s.id, [new, Message.assistant("hello", id="abc", metadata={"k": 1})],
+             "abc", "role")
+    _refused(store, s.id, [Message.user("hello", id="abc", metadata={"k": 1}, name="bo")],
+             "abc", "name")
+    changed_call = Message.assistant("", [{"id": "c1", "name": "f", "arguments": {"a": 2}}],
+                                     id=call.id)
+    _refused(store, s.id, [*batch[:1], changed_call, new], call.id, "parts[0].arguments.a")
+    _refused(store, s.id, [Message.tool_result("c1", "ok", is_error=True, id="r1")],
+             "r1", "parts[0].is_error")
+    _refused(store, s.id, [Message(id="abc", role="user", parts=[
+        TextPart(text="hello"), TextPart(text="more")], metadata={"k": 1})], "abc", "parts")
+    # an id the batch repeats with other content: refused, though neither copy is stored
+    twice = [new, Message.user("two", id="t"), Message.user("other", id="t")]
+    _refused(store, s.id, twice, "t", "parts[0].text")
+    # a stale expected_version does not hide it: the body is refused as such
+    with pytest.raises(IdReused):
+        store.append(s.id, [Message.user("x", id="abc")], expected_version=0)
+    # an id the fork inherits from its parent, and one stored by the fork itself
+    fork = store.fork(s.id)
+    _refused(store, fork.id, [new, Message.user("hello?", id="abc", metadata={"k": 1})],
+             "abc", "parts[0].text")
+    assert store.append(fork.id, [Message.user("own", id="own")]) == 1
+    _refused(store, fork.id, [Message.user("own!", id="own")], "own", "parts[0].text")
+    assert store.get(s.id, "abc").text == "hello" and store.count(s.id) == 3
+
+
+def test_id_resent_unchanged_is_a_retry(store: BaseStore) -> None:
+    """The same message sent again is a retry whatever the library or the store fill in
+    (its creation time, its KV fields and token counts, an attachment's id and image
+    size, its bytes moved to the asset storage), however its objects order their keys,
+    and with what JSON makes of its values (NaN is null): the append answers the
+    version that stored it and stores nothing."""
+    s = store.create_session()
+    png = _png()
+    image = Attachment.from_bytes(png, mime_type="image/png")
+    first = Message(id="m1", role="user", parts=[TextPart(text="look"), ImagePart(
+        attachment=image)], metadata={"a": 1, "b": {"c": [1, 2]}, "n": float("nan")})
+    call = Message.assistant("", [{"id": "c9", "name": "f", "arguments": '{"x": 1}'}])
+    result = Message.tool_result("c9", [TextPart(text="seen"), ImagePart(attachment=image)])
+    assert store.append(s.id, [first, call, result]) == 1
+    store.mark(s.id, [first.id], KVStatus.MARKED)
+    again = Message(id="m1", role="user", parts=[
+        TextPart(text="look"), ImagePart(attachment=Attachment.from_bytes(png))],
+        metadata={"n": float("nan"), "b": {"c": [1, 2]}, "a": 1}, kv_size=12, kv_start=3,
+        token_counts={"other": 5})
+    reference = Message(id="m1", role="user", parts=[TextPart(text="look"), ImagePart(
+        attachment=image.without_data())], metadata={"a": 1, "b": {"c": [1, 2]}, "n": None})
+    for retry in ([again], [reference], [Message.from_json(m.to_json()) for m in
+                                         (first, call, result)], [first, again]):
+        assert store.append(s.id, retry) == 1
+    assert store.append(s.id, [again, Message.user("next")]) == 2
+    assert store.count(s.id) == 4
+    fork = store.fork(s.id)
+    assert store.append(fork.id, [again, call, Message.user("mine")]) == 1
+    assert ids(store.range(fork.id))[-1] == store.tail(fork.id, 1)[0].id
+    other = Attachment.from_bytes(_png(2), mime_type="image/png")
+    _refused(store, s.id, [Message(id="m1", role="user", parts=[
+        TextPart(text="look"), ImagePart(attachment=other)], metadata=first.metadata)],
+        "m1", "parts[1].attachment.sha256")
+
+
+def _png(width: int = 1) -> bytes:
+    """A valid PNG header of an image ``width`` pixels wide (enough to sniff and size)."""
+    import struct
+    import zlib
+    ihdr = struct.pack(">IIBBBBB", width, 1, 8, 2, 0, 0, 0)
+    chunk = b"IHDR" + ihdr
+    return (b"\x89PNG\r\n\x1a\n" + struct.pack(">I", len(ihdr)) + chunk
+            + struct.pack(">I", zlib.crc32(chunk)) + b"\x00" * 16)
 
 
 def _long_conversation() -> list[Message]:

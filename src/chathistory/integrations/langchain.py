@@ -157,8 +157,11 @@ def _from_one(lc: BaseMessage, mid: str) -> Message | None:
         role = _role_of(lc, kept)
         parts = _parts(lc.content, "$.content")
         if isinstance(lc, AIMessage):
-            parts += [ToolCall(id=c.get("id") or new_id(), name=c["name"],
-                               arguments=dict(c.get("args") or {})) for c in lc.tool_calls]
+            # a call without an id gets one named after its message, the same each time
+            # the message is added (a store refuses other content under a stored id)
+            parts += [ToolCall(id=c.get("id") or f"{mid}.call{k}", name=c["name"],
+                               arguments=dict(c.get("args") or {}))
+                      for k, c in enumerate(lc.tool_calls)]
     parts = with_kept_compactions(parts, compactions, NS, f"$.response_metadata.{COMPACTION_KEY}")
     if lc.id != mid:
         kept["id"] = lc.id  # read back as given (None when it had none)

@@ -41,7 +41,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..assets import FileAssetStore
-from ..errors import Conflict, InvalidMessage, NotFound
+from ..errors import Conflict, IdReused, InvalidMessage, NotFound
 from ..model import Attachment, Message
 from ..stores.base import Store
 from ..stores.engine import Engine
@@ -360,6 +360,8 @@ def _append(store: Store, session_id: str, tenant: str, messages: list[Message])
             return
         except NotFound:
             raise _no_conversation(session_id) from None
+        except IdReused:  # an id stored meanwhile with other content: no version conflict
+            raise
         except Conflict:
             continue
     raise HTTPError(409, "conflict", f"conversation {session_id!r} kept changing; try again",

@@ -2,7 +2,8 @@
 
 Every error answer has the body
 ``{"error": {"type": ..., "message": ..., "path": ...}}`` (``path`` for
-invalid input only) and the request's ``X-Request-ID``. A 404 says the same
+invalid input only; ``message_id`` and ``field`` for an ``id_reused`` 409) and the
+request's ``X-Request-ID``. A 404 says the same
 for "does not exist" and "belongs to another tenant": the store is keyed by
 tenant, so it cannot tell them apart either. An unexpected error answers 500
 with the request id only; its details go to the log.
@@ -23,6 +24,7 @@ from ..assets import AssetTooLarge
 from ..errors import (
     ChatHistoryError,
     Conflict,
+    IdReused,
     InvalidArgument,
     InvalidMessage,
     MissingDependency,
@@ -65,6 +67,7 @@ STATUS: list[tuple[type[BaseException], int, str]] = [
     (ContextOverflow, 422, "context_overflow"),
     (NotFound, 404, "not_found"),
     (PreconditionFailed, 412, "precondition_failed"),
+    (IdReused, 409, "id_reused"),
     (Conflict, 409, "conflict"),
     (AssetTooLarge, 413, "payload_too_large"),
     (MissingDependency, 501, "not_available"),
@@ -105,6 +108,10 @@ def error_body(exc: BaseException, request_id: str) -> tuple[int, bytes]:
         error["path"] = exc.path
     elif isinstance(exc, HTTPError):
         error["message"] = exc.message
+    elif isinstance(exc, IdReused):
+        error["message"] = str(exc)
+        error["message_id"] = exc.message_id
+        error["field"] = exc.field
     else:
         error["message"] = str(exc)
     error["request_id"] = request_id

@@ -33,7 +33,8 @@ _ERRORS = {
     "400": "Bad request (a query parameter, malformed JSON)",
     "401": "No or unknown API key",
     "404": "No such session, message or asset (for this tenant)",
-    "409": "Conflict with the session's state",
+    "409": "Conflict with the session's state, or a message id the session holds sent with "
+           "other content (error.type id_reused; error.message_id, error.field)",
     "412": "If-Match names a version the session is no longer at",
     "413": "The body is too large",
     "415": "Unsupported media type",

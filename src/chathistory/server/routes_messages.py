@@ -15,7 +15,7 @@ from starlette.responses import Response
 from ..assets import FileAssetStore
 from ..errors import InvalidMessage, NotFound
 from ..formats import from_anthropic, from_gemini, from_openai_chat, from_openai_responses
-from ..model import Attachment, KVStatus, MediaPart, Message, Part, ToolResult
+from ..model import Attachment, KVStatus, MediaPart, Message, Part, ToolCall, ToolResult
 from ..model.message import check_described
 from ..stores.engine import Engine
 from ..window import WindowPlan
@@ -204,7 +204,36 @@ async def _provider_messages(ctx: Context, fmt: str
     if body.id_prefix is not None:
         for k, message in enumerate(messages):
             message.id = f"{body.id_prefix}-{k}"
+        if fmt == "gemini":
+            _name_unnamed_calls(messages)
     return messages, key, {"state": body.state, "reject_orphans": body.reject_orphans}
+
+
+def _name_unnamed_calls(messages: list[Message]) -> None:
+    """Give the Gemini calls sent without an id (which decode with a random one) ids
+    named after their message's (``<id_prefix>-<k>.<j>``, ``j`` the part), and their
+    results those: so that a retry decodes to the same messages as the append it
+    repeats (the store refuses other content under a stored id)."""
+    renamed: dict[str, str] = {}
+    for message in messages:
+        if not any((type(p) is ToolCall and _unnamed(p)) or type(p) is ToolResult
+                   for p in message.parts):
+            continue
+        parts: list[Part] = []
+        for j, part in enumerate(message.parts):
+            if type(part) is ToolCall and _unnamed(part):
+                renamed[part.id] = f"{message.id}.{j}"
+                part = msgspec.structs.replace(part, id=renamed[part.id])
+            elif type(part) is ToolResult and part.call_id in renamed:
+                part = msgspec.structs.replace(part, call_id=renamed[part.call_id])
+            parts.append(part)
+        message.parts = parts
+
+
+def _unnamed(call: ToolCall) -> bool:
+    """A Gemini call decoded without an id (one with its id keeps it in its metadata)."""
+    gemini = call.provider_metadata.get("gemini")
+    return not (isinstance(gemini, dict) and gemini.get("id"))
 
 
 def _from_anthropic(body: AnthropicAppendBody) -> list[Message]:

@@ -7,7 +7,7 @@ from typing import Any, Literal, TypeVar
 
 from starlette.responses import Response
 
-from ..errors import Conflict, InvalidMessage
+from ..errors import Conflict, IdReused, InvalidMessage
 from ..model.message import check_described
 from ..stores.model import Session
 from .app import Context, Endpoint, Param, call_store
@@ -36,9 +36,12 @@ SESSION = "/v1/sessions/{session_id}"
 async def guarded(ctx: Context, session_id: str, expected: int | None,
                   fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a write with ``expected_version``; a conflict because the session moved
-    past the ``If-Match`` version is a 412, any other conflict a 409."""
+    past the ``If-Match`` version is a 412, any other conflict a 409 (``IdReused``
+    too: a body that reuses an id is refused whatever the version)."""
     try:
         return await call_store(fn, *args, expected_version=expected, **kwargs)
+    except IdReused:
+        raise
     except Conflict as exc:
         if expected is not None:
             current = await call_store(ctx.store.get_session, session_id, tenant=ctx.tenant)

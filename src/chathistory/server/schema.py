@@ -200,6 +200,8 @@ class ErrorDetail(msgspec.Struct, kw_only=True, omit_defaults=True):
     message: str
     request_id: str
     path: str | None = None
+    message_id: str | None = None
+    field: str | None = None
 
 
 class ErrorBody(msgspec.Struct):

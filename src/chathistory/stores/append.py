@@ -4,6 +4,11 @@
 transaction (``_b_append``) skips what is stored already (a retry, also through a
 fork's ancestors), groups the batch after the stored prefix, and writes the rows,
 their calls and their attachments (moved out of the stored JSON) at once.
+
+A message whose id is stored must be the one stored (``checks.reused_field``), or the
+batch is refused (``IdReused``). The stored rows of those ids are read after the
+transaction that found them, which then runs again: only a retry pays for the
+reads, and no lock is held while they are made.
 """
 
 from __future__ import annotations
@@ -13,18 +18,31 @@ from typing import Any
 
 import msgspec
 
-from ..errors import Conflict, InvalidMessage, NotFound
+from ..errors import Conflict, IdReused, InvalidMessage, NotFound
 from ..groups import Groups
 from ..model import Message, ToolCall, ToolResult
 from ..model.codec import encode, strip_part
 from ..model.parts import holds_compaction
 from ..tokens import cached_count
 from .backend import AppendTxn
-from .checks import check_json, validated
+from .checks import check_json, reused_field, validated
 from .model import COMPACTIONS_KEPT, DEFAULT_TENANT, Row, Session, utcnow
 from .reads import Reads
 
 __all__ = ["Appending"]
+
+_RECHECKS = 8
+"""Times an append reads stored rows of its ids and runs again before it gives up (a
+row its read found is deleted and its id appended again in between, each time)."""
+
+
+class _Resent(Exception):
+    """Raised out of an append's transaction: these ids of the batch are stored, and
+    their rows must be compared with the batch before anything is written."""
+
+    def __init__(self, ids: list[str]) -> None:
+        super().__init__(ids)
+        self.ids = ids
 
 
 class Appending(Reads):
@@ -36,7 +54,10 @@ class Appending(Reads):
         """Append atomically; returns the session's new version.
 
         Idempotent by message id: a retried append stores nothing twice and
-        returns the version of the append that stored the messages. A stale
+        returns the version of the append that stored the messages. A message
+        whose id is stored with other content (``created_at``, KV fields and token
+        counts aside), or repeated in the batch with other content, raises
+        ``IdReused`` naming the id and the field, and nothing is stored. A stale
         ``expected_version`` raises ``Conflict``; an invalid message raises
         ``InvalidMessage`` (path ``$[i]...``) and nothing is stored.
         ``state`` replaces the session's state in the same transaction.
@@ -51,14 +72,21 @@ class Appending(Reads):
         counter = self.counter
         tokens = [cached_count(m, counter) for m in batch]  # outside the transaction
         now = self.now()  # (it may read the store's clock: not inside the transaction)
+        ids = [m.id for m in batch]
+        sent = dict(zip(ids, batch, strict=True))
+        checked: dict[str, int] = {}  # stored ids found the same: id -> version of the row
 
         def run(tx: AppendTxn) -> int:
             session = tx.session
             if session is None or session.is_expired(now):
                 raise NotFound(f"no session {session_id!r}")
-            ids = [m.id for m in batch]
             existing = tx.existing(ids)
-            inherited = self._inherited_ids(session, [i for i in ids if i not in existing])
+            unchecked = [i for i, v in existing.items() if checked.get(i) != v]
+            if unchecked:
+                raise _Resent(unchecked)
+            inherited = self._inherited_rows(session, [i for i in ids if i not in existing])
+            for row in inherited.values():
+                self._check_resent(row, sent[row.id])
             if len(existing) + len(inherited) == len(ids):
                 return max(existing.values(), default=session.version)
             if expected_version is not None and expected_version != session.version:
@@ -114,17 +142,34 @@ class Appending(Reads):
             tx.write(rows, calls, clear, updated, assets)
             return version
 
-        return self._b_append(tenant, session_id, run, [m.id for m in batch])
+        for _ in range(_RECHECKS):
+            try:
+                return self._b_append(tenant, session_id, run, ids)
+            except _Resent as resent:
+                for message_id in resent.ids:
+                    row = self._b_row_by_id(tenant, session_id, message_id)
+                    if row is not None:  # (None: deleted since; the next run sees it so)
+                        self._check_resent(row, sent[message_id])
+                        checked[message_id] = row.version
+        raise Conflict(f"session {session_id!r} kept changing under the batch's ids; "
+                       "try again")
 
-    def _inherited_ids(self, session: Session, ids: Sequence[str]) -> set[str]:
-        found: set[str] = set()
+    def _check_resent(self, row: Row, message: Message) -> None:
+        """``IdReused`` unless ``message`` is the one ``row`` stores, sent again."""
+        field = reused_field(self._decode([row])[0], message)
+        if field is not None:
+            raise IdReused(message.id, field)
+
+    def _inherited_rows(self, session: Session, ids: Sequence[str]) -> dict[str, Row]:
+        """Of ``ids``, the rows a fork inherits from its ancestors, by id."""
+        found: dict[str, Row] = {}
         for owner, lo, hi in self._segments(session) if ids else []:
             if owner.id == session.id:
                 continue
             for i in ids:
                 row = self._b_row_by_id(owner.tenant, owner.id, i)
                 if row is not None and lo <= row.seq < hi:
-                    found.add(i)
+                    found[i] = row
         return found
 
     def _inherited_calls(self, session: Session, call_ids: Sequence[str]) -> dict[str, int]:

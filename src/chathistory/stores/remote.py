@@ -11,7 +11,8 @@ the server); reads and appends (idempotent by message id) are also retried
 after a timeout, a dropped connection or a 502/503/504; any request after a 429
 (refused before any work). A ``Retry-After`` in seconds is waited for (30 s at
 most). Error answers become the library's errors: ``InvalidMessage`` with the same
-``path``, ``NotFound``, ``Conflict`` (409 and 412), ``StoreUnavailable`` (503 once
+``path``, ``NotFound``, ``IdReused`` (a 409 ``id_reused``), ``Conflict`` (other 409s
+and 412), ``StoreUnavailable`` (503 once
 the retries are spent) and ``StorageFull`` (507).
 
 Attachments over ``upload_over`` bytes are uploaded through ``/v1/assets``
@@ -35,6 +36,7 @@ import msgspec
 from ..errors import (
     ChatHistoryError,
     Conflict,
+    IdReused,
     InvalidArgument,
     InvalidMessage,
     MissingDependency,
@@ -628,12 +630,16 @@ def _raise_for(response: httpx.Response) -> NoReturn:
         error = msgspec.json.decode(response.content)["error"]
         kind, message = str(error["type"]), str(error["message"])
         path = error.get("path")
+        message_id, field = error.get("message_id"), error.get("field")
     except Exception:
         kind, message, path = "http_error", response.text[:500], None
+        message_id = field = None
     if status == 422 and kind == "invalid_message":
         raise InvalidMessage(message, path or "$")
     if status == 404 and kind == "not_found":
         raise NotFound(message)
+    if status == 409 and kind == "id_reused":
+        raise IdReused(str(message_id), str(field), message=message)
     if status in (409, 412):
         raise Conflict(message)
     if status == 400:
