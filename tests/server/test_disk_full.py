@@ -1,0 +1,151 @@
+"""A full disk (issue 43, item 12): every write the API takes answers 507
+``storage_full`` with ``Retry-After``, never a 500, and keeps nothing of itself; the
+same writes succeed once there is room again. Against ``chathistory serve`` with its
+store, its asset directory and its temporary files on a real, small file system
+(a tmpfs, as ``reliability/hostile.py``'s disk-full attack mounts one). Mounting
+needs root; without it the test is skipped with the reason, and fails under CI."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import importlib
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # the repository root: the reliability harness
+    sys.path.insert(0, str(ROOT))
+hostile = importlib.import_module("reliability.hostile")
+procs = importlib.import_module("reliability.procs")
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+@pytest.fixture(scope="module")
+def disk() -> Iterator[Path]:
+    """A 16 MB tmpfs of this module's own."""
+    why = hostile.can_mount()
+    if why is not None:
+        if IN_CI:
+            pytest.fail(f"{why} (CI=true: the disk-full test must run)")
+        pytest.skip(why)
+    with hostile.mounted("tmpfs", 16) as point:
+        yield point
+
+
+@pytest.fixture(scope="module")
+def server(disk: Path) -> Iterator[str]:
+    """``chathistory serve`` over SQLite on ``disk``, its assets and its temporary
+    files (TMPDIR: an import's spool) there too; open mode (no keys), loopback."""
+    port = procs.free_port()
+    env = {**procs.child_env(), "TMPDIR": str(disk / "tmp")}
+    (disk / "tmp").mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "chathistory", "serve", "--store", f"sqlite:///{disk}/full.db",
+         "--asset-dir", str(disk / "assets"), "--port", str(port), "--log-level", "warning"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=procs.die_with_parent)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        procs.wait_until(lambda: httpx.get(url + "/readyz", timeout=2).status_code == 200,
+                         "chathistory serve", 60, proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextlib.contextmanager
+def full(disk: Path) -> Iterator[None]:
+    """``disk`` filled to its last byte by a file of its own, removed after."""
+    filler = disk / "filler"
+    with open(filler, "wb") as out:  # noqa: PTH123
+        try:
+            while True:
+                out.write(b"\0" * 65536)
+                out.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+    try:
+        yield
+    finally:
+        filler.unlink()
+
+
+def refused(response: httpx.Response, what: str) -> None:
+    assert response.status_code == 507, (what, response.status_code, response.text[:300])
+    body = response.json()["error"]
+    assert body["type"] == "storage_full", (what, body)
+    assert response.headers.get("retry-after"), (what, response.headers)
+
+
+def leftovers(disk: Path) -> list[Path]:
+    """Temporary files of uploads and imports."""
+    return [p for p in [*(disk / "assets").rglob(".*"), *(disk / "tmp").rglob("*")]
+            if p.is_file()]
+
+
+def import_body() -> bytes:
+    """An import past the 8 MiB an import keeps in memory (the rest is spooled to a
+    temporary file)."""
+    lines = [json.dumps({"kind": "session", "session": {
+        "id": f"imported-{uuid.uuid4().hex}", "tenant": "default",
+        "metadata": {"pad": "y" * 100_000}}}) for _ in range(90)]
+    return "\n".join(lines).encode()
+
+
+def test_every_write_on_a_full_disk_is_a_507(disk: Path, server: str) -> None:
+    with httpx.Client(base_url=server, timeout=60) as c:
+        sid = c.post("/v1/sessions", json={}).json()["id"]
+        big = "x" * 200_000
+        # an import whose last line is bad (nothing stored) spools to TMPDIR once, so
+        # the server's temporary directory is TMPDIR (tempfile.gettempdir() passes over
+        # a directory it cannot write a file in, which a full disk is)
+        bad = c.post("/v1/import", content=import_body() + b"\n{",
+                     headers={"Content-Type": "application/x-ndjson"})
+        assert bad.status_code in (400, 422), bad.text
+        with full(disk):
+            refused(c.post("/v1/assets", content=os.urandom(300_000),
+                           headers={"Content-Type": "application/octet-stream"}), "upload")
+            seen: list[int] = []  # SQLite may still have room in pages it holds: go on
+            for _ in range(40):  # until the disk takes no more
+                response = c.post("/v1/sessions", json={"metadata": {"big": big}})
+                seen.append(response.status_code)
+                if response.status_code != 201:
+                    refused(response, "session create")
+                    break
+            assert seen[-1] == 507, seen
+            for _ in range(40):
+                response = c.patch(f"/v1/sessions/{sid}", json={"state": {"big": big}})
+                if response.status_code != 200:
+                    refused(response, "session update")
+                    break
+            else:
+                pytest.fail("40 updates of 200 KB on a full disk were all stored")
+            imported = c.post("/v1/import", content=import_body(),
+                              headers={"Content-Type": "application/x-ndjson"})
+            refused(imported, "import")
+            assert "TMPDIR" in imported.json()["error"]["message"]  # refused as it spooled
+            refused(c.post(f"/v1/sessions/{sid}/messages", json={"messages": [
+                {"role": "user", "parts": [{"type": "text", "text": big}]}]}), "append")
+            assert c.get("/healthz").status_code == 200
+            assert c.get(f"/v1/sessions/{sid}").status_code == 200  # reads go on
+        assert leftovers(disk) == []  # nothing of the refused uploads and imports
+        # room again: the same writes are taken
+        upload = c.post("/v1/assets", content=os.urandom(300_000),
+                        headers={"Content-Type": "application/octet-stream"})
+        assert upload.status_code == 201, upload.text
+        assert c.post("/v1/sessions", json={}).status_code == 201
+        assert c.patch(f"/v1/sessions/{sid}", json={"state": {"ok": 1}}).status_code == 200
