@@ -10,8 +10,9 @@ the hex digest, never from what a client sent::
 An upload streams into a temporary file in the tenant's directory while its
 digest is computed, and is renamed into place (atomic on POSIX) only when it
 is complete and under the size limit; an aborted or oversized upload, or one
-that meets a full disk (``StorageFull``, the service's 507), leaves nothing behind. Messages reference an uploaded file by an ``Attachment``
-without ``data`` carrying the same ``sha256``.
+that meets a full disk (``StorageFull``, the service's 507), leaves nothing
+behind. Messages reference an uploaded file by an ``Attachment`` without
+``data`` carrying the same ``sha256``.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def server(disk: Path) -> Iterator[str]:
 def full(disk: Path) -> Iterator[None]:
     """``disk`` filled to its last byte by a file of its own, removed after."""
     filler = disk / "filler"
-    with open(filler, "wb") as out:  # noqa: PTH123
+    with open(filler, "wb") as out:
         try:
             while True:
                 out.write(b"\0" * 65536)

@@ -9,10 +9,14 @@ and every other client fails. ``Connection`` adds, per connection:
 - a head limit (``max_head_bytes``, 64 KiB): past it, 431 and the connection closed,
   measured as the head streams in (a head that never ends is cut at once) and on
   the parsed head;
-- a head timeout (``head_timeout``, 10 s): a connection idle that long since it
+- a head timeout (``head_timeout``, 5 s): a connection idle that long since it
   opened or since its last response, or whose request head has been arriving that
   long since its first byte, is closed (408 when part of a head came). Idle
-  keep-alive connections close sooner, after ``keep_alive`` (5 s, uvicorn's timer);
+  keep-alive connections close after ``keep_alive`` (5 s, uvicorn's timer), or
+  the head timeout if sooner;
+- a body timeout (``body_timeout``, ``wire.BODY_IDLE_SECONDS``: 15 s): a request
+  body that sends nothing that long is answered 408 by the route reading it, and the
+  connection closed (the connection gives the route its time in the scope);
 
 and per server a connection cap (``max_connections``; by default the soft limit
 on open files less a quarter, 768 of 1,024): a connection past it closes the one
@@ -44,7 +48,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from .wire import BODY_COMPLETE
+from .wire import BODY_COMPLETE, BODY_TIMEOUT
 
 __all__ = ["LIMITS", "Connection", "ConnectionLimits", "configure", "default_max_connections",
            "server_options"]
@@ -63,11 +67,14 @@ class ConnectionLimits:
 
     max_head_bytes: int = 64 * 1024
     """A request line and headers together (431 past it)."""
-    head_timeout: float = 10.0
+    head_timeout: float = 5.0
     """Seconds a connection may stay idle outside a request, and then take to send a
     request's head (408 when part of one came, else closed)."""
     keep_alive: int = 5
     """Seconds an idle keep-alive connection is kept (uvicorn's ``timeout_keep_alive``)."""
+    body_timeout: float | None = None
+    """Seconds a request body may send nothing (408, then closed); None:
+    ``wire.BODY_IDLE_SECONDS``."""
     max_connections: int | None = None
     """Open connections per process; None: ``default_max_connections()``."""
 
@@ -306,6 +313,8 @@ class Connection(HttpToolsProtocol):
         if self.refused:  # (a refused connection parses what follows and drops it)
             return
         super().on_message_begin()
+        if self.bounds.body_timeout is not None:  # (the scope is a dict ASGI extends)
+            cast(dict[str, Any], self.scope)[BODY_TIMEOUT] = self.bounds.body_timeout
         self.began = self.in_head = True
         self.head_bytes = self.head_seen = 0
         if not self._in_request():  # (a pipelined head waits for the response before it)

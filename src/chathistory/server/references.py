@@ -44,8 +44,9 @@ def check_references(messages: Sequence[Message], root: str, assets: FileAssetSt
     """``InvalidMessage`` at ``<path>.sha256`` (``root`` as ``media`` takes it) for the
     first reference in ``messages`` that names no asset of ``tenant`` (see the
     module's docstring). A reference that validation refuses anyway (a ``sha256`` that
-    is not a digest, no ``size`` or ``mime_type``) is left to it: it names the field. (Work pool: reads the uploads' descriptions and, for bytes not
-    uploaded, the store.)"""
+    is not a digest, no ``size`` or ``mime_type``) is left to it: it names the field.
+    (Work pool: reads the uploads' descriptions and, for bytes not uploaded, the
+    store.)"""
     inline = {att.sha256 for _, att in media(messages, root) if att.data is not None}
     known: dict[str, bool] = {}
     for path, att in media(messages, root):
