@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from serverkit import serve_process
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # the repository root: the reliability harness
@@ -30,14 +31,18 @@ procs = importlib.import_module("reliability.procs")
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
-@pytest.fixture(scope="module")
-def disk() -> Iterator[Path]:
-    """A 16 MB tmpfs of this module's own."""
+def need_mount() -> None:
     why = hostile.can_mount()
     if why is not None:
         if IN_CI:
-            pytest.fail(f"{why} (CI=true: the disk-full test must run)")
+            pytest.fail(f"{why} (CI=true: the disk-full tests must run)")
         pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def disk() -> Iterator[Path]:
+    """A 16 MB tmpfs of this module's own."""
+    need_mount()
     with hostile.mounted("tmpfs", 16) as point:
         yield point
 
@@ -149,3 +154,56 @@ def test_every_write_on_a_full_disk_is_a_507(disk: Path, server: str) -> None:
         assert upload.status_code == 201, upload.text
         assert c.post("/v1/sessions", json={}).status_code == 201
         assert c.patch(f"/v1/sessions/{sid}", json={"state": {"ok": 1}}).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def postgres_on_small_disk() -> Iterator[str]:
+    """A PostgreSQL cluster of its own whose database keeps its tables in a tablespace
+    on a 16 MB tmpfs (its WAL stays on the machine's disk)."""
+    need_mount()
+    try:
+        pg = hostile.PrivatePostgres()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        if IN_CI:
+            pytest.fail(f"no private PostgreSQL: {exc} (CI=true: the test must run)")
+        pytest.skip(f"no private PostgreSQL: {exc}")
+    import psycopg
+
+    with hostile.mounted("tmpfs", 16) as point:
+        try:
+            point.parent.chmod(0o755)  # (mkdtemp's directory: root's only)
+            subprocess.run(["chown", "postgres:postgres", str(point)], check=True)
+            pg.start()
+            with psycopg.connect(pg.url, autocommit=True) as conn:
+                conn.execute(f"CREATE TABLESPACE small LOCATION '{point}'")
+                conn.execute("ALTER DATABASE postgres SET default_tablespace = small")
+            yield pg.url
+        finally:
+            pg.stop()  # before the file system goes
+
+
+def test_every_write_on_postgresql_s_full_disk_is_a_507(postgres_on_small_disk: str,
+                                                        tmp_path: Path) -> None:
+    """PostgreSQL's "could not extend file ... No space left on device" (SQLSTATE
+    53100) is a 507 as SQLite's full disk is, for a session's creation and update and
+    an append."""
+    with (serve_process("--store", postgres_on_small_disk, "--asset-dir",
+                        str(tmp_path / "assets")) as url,
+          httpx.Client(base_url=url, timeout=60) as c):
+        sid = c.post("/v1/sessions", json={}).json()["id"]
+        seen: list[int] = []
+        for _ in range(400):  # 100 KB that do not compress, until the tablespace is full
+            response = c.post("/v1/sessions", json={"metadata": {"pad": os.urandom(
+                50_000).hex()}})
+            seen.append(response.status_code)
+            if response.status_code != 201:
+                refused(response, "session create")
+                break
+        assert seen[-1] == 507, seen[-5:]
+        refused(c.patch(f"/v1/sessions/{sid}", json={"state": {"pad": os.urandom(
+            200_000).hex()}}), "session update")
+        refused(c.post(f"/v1/sessions/{sid}/messages", json={"messages": [
+            {"role": "user", "parts": [{"type": "text", "text": os.urandom(200_000).hex()}]}
+        ]}), "append")
+        assert c.get(f"/v1/sessions/{sid}").status_code == 200  # reads go on
+        assert c.get("/healthz").status_code == 200

@@ -44,6 +44,9 @@ def translate_store_error(exc: BaseException, where: str = "") -> ChatHistoryErr
         state = getattr(exc, "sqlstate", None) or ""
         if not state or state.startswith("08") or state in ("57P01", "57P02", "57P03"):
             return StoreUnavailable(f"PostgreSQL unreachable: {_first_line(exc)}")
+        if state == "53100":  # disk_full: "could not extend file ...: No space left"
+            return StorageFull(f"no space left on PostgreSQL's disk: {_first_line(exc)}",
+                               where=where or "PostgreSQL")
         return None
     pool = sys.modules.get("psycopg_pool")
     if pool is not None and isinstance(exc, pool.PoolTimeout | pool.PoolClosed):
