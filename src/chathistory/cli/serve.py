@@ -27,8 +27,9 @@ without keys it accepts any api_key the SDK sends. --openai-prefix "" turns it o
 Request heads are limited to 64 KiB and --head-timeout (default 5 s: a connection
 that sends part of a head, or nothing, is closed after it); an idle keep-alive
 connection is closed after --keep-alive (5 s), a request body that sends nothing
-after --body-timeout (15 s, 408). Past --max-connections (default: the open-files
-limit less a quarter) the connection idle longest is closed.
+after --body-timeout (15 s, 408), a client that reads none of its response after
+--send-timeout (30 s). Past --max-connections (default: the open-files limit less a
+quarter) the connection idle longest is closed.
 Needs the server extra: pip install 'chathistory[server]'.
 Exit status: 0 once stopped by Ctrl-C, 2 for bad options, a refused setup or an
 unusable store, 3 when the address cannot be listened on (a port in use: --port).
@@ -67,6 +68,9 @@ def register(commands: Any) -> None:
     parser.add_argument("--body-timeout", type=float, default=None, metavar="SECONDS",
                         help="seconds a request body may send nothing before a 408 "
                         "(default 15)")
+    parser.add_argument("--send-timeout", type=float, default=None, metavar="SECONDS",
+                        help="seconds a response may wait on a client that reads nothing "
+                        "before the connection is dropped (default 30)")
     parser.add_argument("--openai-prefix", default=OPENAI_PREFIX, metavar="PREFIX",
                         help="where OpenAI's Conversations API is served (default "
                         f"{OPENAI_PREFIX}; '' turns it off)")
@@ -89,11 +93,11 @@ def run(args: argparse.Namespace) -> int:
     limits = None
     given = {name: value for name, value in (
         ("max_connections", args.max_connections), ("head_timeout", args.head_timeout),
-        ("keep_alive", args.keep_alive), ("body_timeout", args.body_timeout))
-        if value is not None}
+        ("keep_alive", args.keep_alive), ("body_timeout", args.body_timeout),
+        ("send_timeout", args.send_timeout)) if value is not None}
     if args.max_connections is not None and args.max_connections < 1:
         raise ValueError("--max-connections must be at least 1")
-    for name in ("head_timeout", "keep_alive", "body_timeout"):
+    for name in ("head_timeout", "keep_alive", "body_timeout", "send_timeout"):
         if name in given and not 0 < given[name] <= 3600:
             raise ValueError(f"--{name.replace('_', '-')} must be more than 0 and at most "
                              "3600 seconds")

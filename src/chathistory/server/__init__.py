@@ -24,8 +24,9 @@ The front door, before any route runs:
 - connections (``server.connections``, a subclass of uvicorn's httptools protocol):
   a request line and headers of at most 64 KiB (431 past it, cut as it streams in)
   that arrive within 5 s (408; a connection that sends nothing is closed after
-  5 s, an idle keep-alive one after 5 s; a body silent for 15 s is a 408; each
-  a ``chathistory serve`` option); at most ``max_connections`` open
+  5 s, an idle keep-alive one after 5 s; a body silent for 15 s is a 408; a
+  client reading none of its response for 30 s is reset; each a ``chathistory
+  serve`` option); at most ``max_connections`` open
   connections per process (default: the soft open-files limit less a quarter), past
   which the connection that has waited longest for a request is closed (503 for the
   new one when every connection is in a request), with a warning at most every 10 s;
