@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -94,6 +94,17 @@ def refused(response: httpx.Response, what: str) -> None:
     body = response.json()["error"]
     assert body["type"] == "storage_full", (what, body)
     assert response.headers.get("retry-after"), (what, response.headers)
+
+
+def until_full(write: Callable[[], httpx.Response], stored: int, what: str) -> None:
+    """``write()`` again while it answers ``stored`` (at most 400 times), until it is
+    refused, with a 507."""
+    for _ in range(400):
+        response = write()
+        if response.status_code != stored:
+            refused(response, what)
+            return
+    pytest.fail(f"400 of {what} were all stored")
 
 
 def leftovers(disk: Path) -> list[Path]:
@@ -207,3 +218,42 @@ def test_every_write_on_postgresql_s_full_disk_is_a_507(postgres_on_small_disk: 
         ]}), "append")
         assert c.get(f"/v1/sessions/{sid}").status_code == 200  # reads go on
         assert c.get("/healthz").status_code == 200
+
+
+REDIS_FULL = {
+    "its AOF on a full disk": ("--appendonly", "yes", "--appendfsync", "everysec"),
+    "at maxmemory": ("--maxmemory", "4mb", "--maxmemory-policy", "noeviction"),
+}
+
+
+@pytest.mark.parametrize("how", list(REDIS_FULL))
+def test_every_write_to_a_full_redis_is_a_507(how: str, tmp_path: Path) -> None:
+    """A private redis-server with its files on an 8 MB tmpfs, writing its AOF there
+    (MISCONF ... No space left on device), or held to 4 MB of memory (OOM command not
+    allowed): session creates until it is full, then a create and an append are each
+    507 with Retry-After, reads go on."""
+    if how == "its AOF on a full disk":
+        need_mount()
+    try:
+        procs.RedisServer(tmp_path, "--version")
+    except RuntimeError as exc:
+        if IN_CI:
+            pytest.fail(f"{exc} (CI=true: the test must run)")
+        pytest.skip(str(exc))
+    with contextlib.ExitStack() as stack:
+        where = (stack.enter_context(hostile.mounted("tmpfs", 8))
+                 if how == "its AOF on a full disk" else tmp_path)
+        redis = procs.RedisServer(where / "redis", *REDIS_FULL[how]).start()
+        stack.callback(redis.stop)
+        url = stack.enter_context(serve_process("--store", redis.url, "--asset-dir",
+                                                str(tmp_path / "assets")))
+        c = stack.enter_context(httpx.Client(base_url=url, timeout=60))
+        sid = c.post("/v1/sessions", json={}).json()["id"]
+        # (at maxmemory, a write fits again once a large request's buffer is freed:
+        # each kind of write goes on until it is refused)
+        until_full(lambda: c.post("/v1/sessions", json={"metadata": {"pad": os.urandom(
+            50_000).hex()}}), 201, "session create")
+        until_full(lambda: c.post(f"/v1/sessions/{sid}/messages", json={"messages": [
+            {"role": "user", "parts": [{"type": "text", "text": os.urandom(50_000).hex()}]}
+        ]}), 200, "append")
+        assert c.get(f"/v1/sessions/{sid}").status_code == 200  # reads go on
