@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from serverkit import Served
 
-from chathistory import Message
+from chathistory import InvalidMessage, Message
+from chathistory.assets import FileAssetStore
 from chathistory.model import Attachment, ImagePart
+from chathistory.server.references import check_references
+from chathistory.stores import MemoryStore
 
 
 def reference(data: bytes) -> dict[str, Any]:
@@ -118,3 +123,46 @@ def test_a_dangling_reference_leaves_the_conversation_listable(
     assert a.get(f"/v1/assets/{sha256}").status_code == 404
     one = a.get(f"/openai/v1/conversations/{sid}/items/{data[1]['id']}")
     assert one.status_code == 200 and one.json()["content"][0]["image_url"] == image["image_url"]
+
+
+def test_a_reference_s_size_must_be_its_bytes(
+        served: Served, a: httpx.Client, png_bytes: bytes) -> None:
+    uploaded = png_bytes + b"sized upload"
+    earlier = png_bytes + b"sized inline"
+    assert a.post("/v1/assets", content=uploaded,
+                  headers={"Content-Type": "image/png"}).status_code == 201
+    sid = served.new_session(a)
+    carried = {**reference(earlier), "data": base64.b64encode(earlier).decode()}
+    assert a.post(f"/v1/sessions/{sid}/messages", json={"messages": [
+        with_image("earlier", carried)]}).status_code == 200
+    before = stored(a, sid)
+    for data in (uploaded, earlier):
+        wrong = {**reference(data), "size": len(data) + 1}
+        got = a.post(f"/v1/sessions/{sid}/messages", json={"messages": [
+            with_image("wrong size", wrong)]})
+        assert got.status_code == 422, got.text
+        assert got.json()["error"]["path"] == "$.messages[0].parts[1].attachment.size"
+        assert str(len(data)) in got.json()["error"]["message"]
+    assert stored(a, sid) == before
+
+
+def test_checking_references_reads_a_bounded_amount_of_the_store(
+        tmp_path: Path, png_bytes: bytes) -> None:
+    """A small body naming many stored assets makes the check read at most its limit
+    of the store, then a 422 that says to upload them."""
+    store = MemoryStore()
+    session = store.create_session(tenant="t")
+    held = [png_bytes + bytes([i]) * 1000 for i in range(5)]
+    store.append(session.id, [Message(role="user", parts=[ImagePart(
+        attachment=Attachment.from_bytes(data, mime_type="image/png"))]) for data in held],
+        tenant="t")
+    refs = [Message.from_dict(with_image(str(i), reference(data)))
+            for i, data in enumerate(held)]
+    assets = FileAssetStore(tmp_path)
+    check_references(refs, "$.messages", assets, store, "t")  # all held: fine
+    size = len(held[0])
+    check_references(refs[:2], "$.messages", assets, store, "t", read_limit=2 * size)
+    with pytest.raises(InvalidMessage) as refused:
+        check_references(refs, "$.messages", assets, store, "t", read_limit=2 * size)
+    assert refused.value.path == "$.messages[2].parts[1].attachment.sha256"
+    assert "upload" in refused.value.reason

@@ -21,7 +21,11 @@ from ..errors import InvalidMessage, NotFound
 from ..model import Attachment, MediaPart, Message, ToolResult
 from ..stores.protocol import Store
 
-__all__ = ["check_references", "media"]
+__all__ = ["READ_LIMIT", "check_references", "media"]
+
+READ_LIMIT = 20 * 1024 * 1024
+"""Bytes of earlier messages' attachments the references of one request may make the
+server read to check them (uploads cost a file's description, not counted)."""
 
 
 def media(messages: Sequence[Message], root: str = "$") -> Iterator[tuple[str, Attachment]]:
@@ -40,15 +44,20 @@ def media(messages: Sequence[Message], root: str = "$") -> Iterator[tuple[str, A
 
 
 def check_references(messages: Sequence[Message], root: str, assets: FileAssetStore,
-                     store: Store, tenant: str) -> None:
+                     store: Store, tenant: str, read_limit: int = READ_LIMIT) -> None:
     """``InvalidMessage`` at ``<path>.sha256`` (``root`` as ``media`` takes it) for the
     first reference in ``messages`` that names no asset of ``tenant`` (see the
     module's docstring). A reference that validation refuses anyway (a ``sha256`` that
     is not a digest, no ``size`` or ``mime_type``) is left to it: it names the field.
-    (Work pool: reads the uploads' descriptions and, for bytes not uploaded, the
-    store.)"""
+
+    An upload is checked by its description; bytes the store holds are read (the
+    store has no cheaper test), at most ``read_limit`` bytes for one request, so that a
+    small body naming many stored assets cannot make the server read gigabytes: past
+    it, a 422 saying to upload them. (Work pool: reads the uploads' descriptions and
+    the store.)"""
     inline = {att.sha256 for _, att in media(messages, root) if att.data is not None}
-    known: dict[str, bool] = {}
+    sizes: dict[str, int | None] = {}  # digest -> the bytes' size; None: not held
+    read = 0
     for path, att in media(messages, root):
         if att.data is not None or att.sha256 in inline or att.size < 0 or not att.mime_type:
             continue  # (a reference lacking its size or type: validation names the field)
@@ -56,19 +65,27 @@ def check_references(messages: Sequence[Message], root: str, assets: FileAssetSt
             check_digest(att.sha256)
         except InvalidMessage:
             continue
-        if att.sha256 not in known:
-            known[att.sha256] = _held(att.sha256, assets, store, tenant)
-        if not known[att.sha256]:
+        if att.sha256 not in sizes:
+            upload = assets.info(tenant, att.sha256)
+            if upload is not None:
+                sizes[att.sha256] = upload.size
+            elif read + att.size > read_limit:
+                raise InvalidMessage(
+                    f"the references of one request may name at most {read_limit} bytes "
+                    "that came inline with earlier messages; upload these bytes (POST "
+                    "/v1/assets) and reference the upload, or send them in data",
+                    f"{path}.sha256")
+            else:
+                try:
+                    sizes[att.sha256] = len(store.get_asset(att.sha256, tenant=tenant))
+                except NotFound:
+                    sizes[att.sha256] = None
+                read += sizes[att.sha256] or 0
+        size = sizes[att.sha256]
+        if size is None:
             raise InvalidMessage(
                 f"no asset {att.sha256} here: upload the bytes first (POST /v1/assets) or "
                 "send them in data", f"{path}.sha256")
-
-
-def _held(sha256: str, assets: FileAssetStore, store: Store, tenant: str) -> bool:
-    if assets.info(tenant, sha256) is not None:
-        return True
-    try:
-        store.get_asset(sha256, tenant=tenant)
-    except NotFound:
-        return False
-    return True
+        if att.size != size:
+            raise InvalidMessage(f"size is {size} for asset {att.sha256}, not {att.size}",
+                                 f"{path}.size")
