@@ -9,24 +9,28 @@ the hex digest, never from what a client sent::
 
 An upload streams into a temporary file in the tenant's directory while its
 digest is computed, and is renamed into place (atomic on POSIX) only when it
-is complete and under the size limit; an aborted or oversized upload leaves
-nothing behind. Messages reference an uploaded file by an ``Attachment``
-without ``data`` carrying the same ``sha256``.
+is complete and under the size limit; an aborted or oversized upload, or one
+that meets a full disk (``StorageFull``, the service's 507), leaves nothing
+behind. Messages reference an uploaded file by an ``Attachment`` without
+``data`` carrying the same ``sha256``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 import msgspec
 
-from .errors import ChatHistoryError, Conflict, InvalidMessage, NotFound
+from .errors import ChatHistoryError, Conflict, InvalidMessage, NotFound, StorageFull
 from .model import Attachment
 from .model._sniff import SUPPORTED_MIME_TYPES, UNKNOWN_MIME_TYPE, sniff_mime
 from .model.parts import MAX_ATTACHMENT_BYTES
@@ -73,6 +77,18 @@ class FileAssetStore:
                  max_bytes: int = MAX_ATTACHMENT_BYTES) -> None:
         self.root = Path(root)
         self.max_bytes = max_bytes
+
+    @contextlib.contextmanager
+    def room(self) -> Iterator[None]:
+        """A full disk (or quota) met inside as ``StorageFull`` naming this directory:
+        the service answers it 507, as it answers the store's."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise StorageFull(f"no space left for attachments in {self.root}",
+                              where=str(self.root)) from None
 
     def _dir(self, tenant: str) -> Path:
         return self.root / hashlib.sha256(tenant.encode("utf-8")).hexdigest()[:32]
@@ -151,8 +167,9 @@ class AssetWriter:
         self._hash = hashlib.sha256()
         self._head = bytearray()
         directory = store._dir(tenant)
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".upload-", dir=directory)
+        with store.room():
+            directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".upload-", dir=directory)
         self._tmp = Path(tmp)
         self._file: BinaryIO | None = os.fdopen(fd, "wb")
 
@@ -167,7 +184,8 @@ class AssetWriter:
         if len(self._head) < _SNIFF_BYTES:
             self._head += chunk[:_SNIFF_BYTES - len(self._head)]
         self._hash.update(chunk)
-        self._file.write(chunk)
+        with self.store.room():
+            self._file.write(chunk)
 
     def commit(self) -> Attachment:
         """Finish: move the file into place (or drop it when already stored)."""
@@ -188,24 +206,31 @@ class AssetWriter:
         digest = attachment.sha256
         meta = _Meta(name=attachment.name, mime_type=mime, size=self.size,
                      width=attachment.width, height=attachment.height)
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        self._file = None
         final = self.store._path(self.tenant, digest)
+        meta_path = final.with_suffix(".json")
+        tmp_meta = final.parent / f".{digest}.{os.getpid()}.json"
         try:
-            final.parent.mkdir(parents=True, exist_ok=True)
+            with self.store.room():  # written whole before either file is in place
+                self._file.flush()
+                os.fsync(self._file.fileno())
+                self._file.close()
+                self._file = None
+                final.parent.mkdir(parents=True, exist_ok=True)
+                if not meta_path.exists():
+                    try:
+                        tmp_meta.write_bytes(msgspec.json.encode(meta))
+                    except BaseException:
+                        tmp_meta.unlink(missing_ok=True)
+                        raise
             if final.exists():
                 self._tmp.unlink(missing_ok=True)  # stored before: keep one copy
             else:
                 os.replace(self._tmp, final)
-            meta_path = final.with_suffix(".json")
-            if not meta_path.exists():
-                tmp_meta = final.parent / f".{digest}.{os.getpid()}.json"
-                tmp_meta.write_bytes(msgspec.json.encode(meta))
+            if tmp_meta.exists():
                 os.replace(tmp_meta, meta_path)
         except FileNotFoundError:  # the tenant's files were erased during the upload
             self._tmp.unlink(missing_ok=True)
+            tmp_meta.unlink(missing_ok=True)
             raise Conflict("the tenant's attachments were erased during this upload; "
                            "send it again") from None
         return attachment

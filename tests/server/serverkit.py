@@ -5,8 +5,12 @@ would find another directory's.)"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -59,6 +63,46 @@ class LiveServer:
         self.server.should_exit = True
         self.thread.join(10)
         self.sock.close()
+
+
+@contextlib.contextmanager
+def serve_process(*options: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``chathistory serve OPTIONS`` in a process of its own on a free loopback port
+    (open mode unless the store holds keys) until the block ends; yields its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    child = {**os.environ, **(env or {})}
+    child["PYTHONPATH"] = os.pathsep.join(p for p in (src, child.get("PYTHONPATH")) if p)
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "chathistory", "serve", "--port", str(port),
+         "--log-level", "warning", *options],
+        env=child, stdout=subprocess.DEVNULL, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"chathistory serve exited with {proc.returncode}: "
+                                   f"{log.read().decode(errors='replace')[-2000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("chathistory serve did not start within 60 s")
+            time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
 
 
 IN_CI = os.environ.get("CI", "").lower() == "true"

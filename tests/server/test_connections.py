@@ -1,6 +1,7 @@
-"""Connections (issue 17, items 5 and 9), against real servers on loopback:
-request heads bounded in size and time, idle connections closed, and a connection
-cap that closes the connection idle longest (``server.connections``)."""
+"""Connections (issue 17, items 5 and 9; issue 43, item 13), against real servers on
+loopback: request heads bounded in size and time, idle connections closed, and a
+connection cap that closes the connection idle longest (``server.connections``);
+``chathistory serve`` itself closes stalled connections after its timeouts."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serverkit import LiveServer
+from serverkit import LiveServer, serve_process
 
 from chathistory.server import auth
 from chathistory.server.app import create_app
@@ -291,3 +292,71 @@ def test_the_cap_keeps_serving_under_a_stream_of_half_open_connections(
         for thread in threads:
             thread.join(10)
         server.stop()
+
+
+# ---------------------------------------------------------------- issue 43, item 13
+
+
+STALLS = {
+    "part of a request line": b"GET /heal",
+    "part of the headers": b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+    "nothing": b"",
+    "part of a body": (b"POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                       b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"),
+}
+
+
+def established(sock: socket.socket) -> bool:
+    """Whether the server has neither closed nor reset ``sock`` (its TCP state, read
+    without consuming anything the server sent)."""
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == 1  # ESTABLISHED
+
+
+def test_chathistory_serve_closes_stalled_and_idle_connections(tmp_path: Path) -> None:
+    """``chathistory serve`` with 1 s timeouts: 400 connections that stall (part of a
+    request line, of the headers, of a body, or nothing at all), 100 idle after a
+    response and 50 that read none of their responses are all closed by the server,
+    while another client is served. The wait for them is generous (30 s): what is
+    asserted is that they are closed, not how fast."""
+    with serve_process("--store", "memory://", "--asset-dir", str(tmp_path / "assets"),
+                       "--head-timeout", "1", "--keep-alive", "1", "--body-timeout", "1",
+                       "--send-timeout", "1") as url:
+        port = int(url.rsplit(":", 1)[1])
+        held: list[tuple[str, socket.socket]] = []
+        try:
+            for what, sent in STALLS.items():
+                for _ in range(100):
+                    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+                    if sent:
+                        sock.sendall(sent)
+                    held.append((what, sock))
+            for _ in range(100):  # served, then idle on a kept-alive connection
+                sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+                held.append(("idle after a response", sock))
+            for _ in range(50):  # 100 answers of 100 KB asked for, none read
+                sock = socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.settimeout(10)
+                sock.connect(("127.0.0.1", port))
+                sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 100)
+                held.append(("reads nothing", sock))
+            with httpx.Client(base_url=url, timeout=10) as other:  # served meanwhile
+                assert [other.get("/healthz").status_code for _ in range(5)] == [200] * 5
+            deadline = time.monotonic() + 30
+            while any(established(sock) for _, sock in held) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            still: dict[str, int] = {}
+            for what, sock in held:
+                if established(sock):
+                    still[what] = still.get(what, 0) + 1
+            assert still == {}, f"still open after 30 s: {still}"
+            for what, sock in held:
+                if what in ("part of the headers", "part of a body"):
+                    got = answer(sock)
+                    assert got.startswith(b"HTTP/1.1 408 "), (what, got[:200])
+            assert httpx.get(url + "/healthz", timeout=10).status_code == 200
+        finally:
+            for _, sock in held:
+                sock.close()

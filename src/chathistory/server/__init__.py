@@ -23,8 +23,10 @@ The front door, before any route runs:
 
 - connections (``server.connections``, a subclass of uvicorn's httptools protocol):
   a request line and headers of at most 64 KiB (431 past it, cut as it streams in)
-  that arrive within 10 s (408; a connection that sends nothing is closed after
-  10 s, an idle keep-alive one after 5 s); at most ``max_connections`` open
+  that arrive within 5 s (408; a connection that sends nothing is closed after
+  5 s, an idle keep-alive one after 5 s; a body silent for 15 s is a 408; a
+  client reading none of its response for 30 s is reset; each a ``chathistory
+  serve`` option); at most ``max_connections`` open
   connections per process (default: the soft open-files limit less a quarter), past
   which the connection that has waited longest for a request is closed (503 for the
   new one when every connection is in a request), with a warning at most every 10 s;
@@ -171,7 +173,7 @@ def run(store_url: str = "sqlite:///chathistory.db", host: str = "127.0.0.1",
     only to requests whose ``Host`` is localhost, 127.0.0.1, [::1] or one of
     ``allowed_hosts``, and no write from another site (``server.frontdoor``).
     ``connections``: head size and time limits and the connection cap
-    (``server.connections``; the defaults: 64 KiB, 10 s, the open-files limit less
+    (``server.connections``; the defaults: 64 KiB, 5 s, the open-files limit less
     a quarter). ``openai_prefix``: where OpenAI's Conversations API is served
     (``server.conversations``; "" leaves it out). The server holds no state, so
     ``workers`` > 1 runs that many processes. An address that cannot be listened on

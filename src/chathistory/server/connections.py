@@ -9,10 +9,17 @@ and every other client fails. ``Connection`` adds, per connection:
 - a head limit (``max_head_bytes``, 64 KiB): past it, 431 and the connection closed,
   measured as the head streams in (a head that never ends is cut at once) and on
   the parsed head;
-- a head timeout (``head_timeout``, 10 s): a connection idle that long since it
+- a head timeout (``head_timeout``, 5 s): a connection idle that long since it
   opened or since its last response, or whose request head has been arriving that
   long since its first byte, is closed (408 when part of a head came). Idle
-  keep-alive connections close sooner, after ``keep_alive`` (5 s, uvicorn's timer);
+  keep-alive connections close after ``keep_alive`` (5 s, uvicorn's timer), or
+  the head timeout if sooner;
+- a body timeout (``body_timeout``, ``wire.BODY_IDLE_SECONDS``: 15 s): a request
+  body that sends nothing that long is answered 408 by the route reading it, and the
+  connection closed (the connection gives the route its time in the scope);
+- a send timeout (``send_timeout``, 30 s): a response whose writing has waited that
+  long on a client that reads nothing (the socket's buffers full, asyncio's flow
+  control paused) is dropped with the connection; a timer only while paused;
 
 and per server a connection cap (``max_connections``; by default the soft limit
 on open files less a quarter, 768 of 1,024): a connection past it closes the one
@@ -31,9 +38,12 @@ that select it (``http``, no websockets, the keep-alive time).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import resource
+import socket
+import struct
 import time
 import weakref
 from dataclasses import dataclass
@@ -41,10 +51,10 @@ from typing import Any, ClassVar, cast
 
 import msgspec
 from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
-from .wire import BODY_COMPLETE
+from .wire import BODY_COMPLETE, BODY_TIMEOUT
 
 __all__ = ["LIMITS", "Connection", "ConnectionLimits", "configure", "default_max_connections",
            "server_options"]
@@ -63,11 +73,17 @@ class ConnectionLimits:
 
     max_head_bytes: int = 64 * 1024
     """A request line and headers together (431 past it)."""
-    head_timeout: float = 10.0
+    head_timeout: float = 5.0
     """Seconds a connection may stay idle outside a request, and then take to send a
     request's head (408 when part of one came, else closed)."""
     keep_alive: int = 5
     """Seconds an idle keep-alive connection is kept (uvicorn's ``timeout_keep_alive``)."""
+    body_timeout: float | None = None
+    """Seconds a request body may send nothing (408, then closed); None:
+    ``wire.BODY_IDLE_SECONDS``."""
+    send_timeout: float = 30.0
+    """Seconds a response may wait on a client that reads nothing (its buffers full)
+    before the connection is dropped."""
     max_connections: int | None = None
     """Open connections per process; None: ``default_max_connections()``."""
 
@@ -226,6 +242,9 @@ class Connection(HttpToolsProtocol):
         self.refused = False
         self.closed_by_us = False
         self.discarded = 0
+        self.send_stalled: asyncio.TimerHandle | None = None
+        # requests of this connection not yet done (pipelined ones too): dropped with it
+        self.cycles: weakref.WeakSet[RequestResponseCycle] = weakref.WeakSet()
 
     # ------------------------------------------------------------ states
 
@@ -266,6 +285,20 @@ class Connection(HttpToolsProtocol):
         else:
             self.close()
 
+    def _send_stalled(self) -> None:
+        """The client read nothing for ``send_timeout``: drop the connection with a reset
+        (closed, the kernel would go on offering it the buffered response for minutes),
+        the route's further sends dropped as after a lost connection."""
+        self.send_stalled = None
+        self.server_bounds.unwait(self)
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        for cycle in self.cycles:  # (uvicorn marks only the newest: a pipelined
+            cycle.disconnected = True  # one would write to the closed transport)
+        self.transport.abort()
+
     # ------------------------------------------------------------ asyncio protocol
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -275,10 +308,25 @@ class Connection(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server_bounds.unwait(self)
+        if self.send_stalled is not None:
+            self.send_stalled.cancel()
+            self.send_stalled = None
         if self.closed_by_us:
             self.closed_by_us = False
             self.server_bounds.closing -= 1
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self.send_stalled is None:
+            self.send_stalled = self.loop.call_later(self.bounds.send_timeout,
+                                                     self._send_stalled)
+
+    def resume_writing(self) -> None:
+        if self.send_stalled is not None:
+            self.send_stalled.cancel()
+            self.send_stalled = None
+        super().resume_writing()
 
     def data_received(self, data: bytes) -> None:
         if self.refused:
@@ -306,6 +354,8 @@ class Connection(HttpToolsProtocol):
         if self.refused:  # (a refused connection parses what follows and drops it)
             return
         super().on_message_begin()
+        if self.bounds.body_timeout is not None:  # (the scope is a dict ASGI extends)
+            cast(dict[str, Any], self.scope)[BODY_TIMEOUT] = self.bounds.body_timeout
         self.began = self.in_head = True
         self.head_bytes = self.head_seen = 0
         if not self._in_request():  # (a pipelined head waits for the response before it)
@@ -324,6 +374,8 @@ class Connection(HttpToolsProtocol):
                 self._too_large()  # (the rest of the data is parsed and dropped)
                 return
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.cycles.add(self.cycle)
 
     def on_body(self, body: bytes) -> None:
         if not self.refused:

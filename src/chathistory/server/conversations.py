@@ -320,16 +320,24 @@ def _page(reader: _Reader, after: str | None, limit: int, descending: bool
 def _resolver(store: Store, assets: FileAssetStore, tenant: str, limit: int, base: str
               ) -> Callable[[Attachment], bytes | str]:
     """Stored attachments of messages written elsewhere: their bytes, up to ``limit``
-    bytes in one answer; past it, the URL of ``GET /v1/assets/{sha256}``."""
+    bytes in one answer; past it, the URL of ``GET /v1/assets/{sha256}``. A reference
+    whose bytes nothing holds (written before writes checked references, or imported
+    without its upload) is that URL too, which answers 404 until the bytes are uploaded:
+    the item is listed with its reference and no content, rather than the whole
+    conversation failing."""
     inlined = 0
 
     def resolve(attachment: Attachment) -> bytes | str:
         nonlocal inlined
+        url = f"{base}/v1/assets/{attachment.sha256}"
         if inlined + max(0, attachment.size) > limit:
-            return f"{base}/v1/assets/{attachment.sha256}"
-        info = assets.info(tenant, attachment.sha256)
-        data = (assets.get(tenant, attachment.sha256) if info is not None
-                else store.get_asset(attachment.sha256, tenant=tenant))
+            return url
+        try:
+            info = assets.info(tenant, attachment.sha256)
+            data = (assets.get(tenant, attachment.sha256) if info is not None
+                    else store.get_asset(attachment.sha256, tenant=tenant))
+        except NotFound:
+            return url
         inlined += len(data)
         return data
 

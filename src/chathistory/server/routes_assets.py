@@ -3,6 +3,8 @@ import (NDJSON, streamed both ways), erasure and purging, and ``/v1/me``."""
 
 from __future__ import annotations
 
+import errno
+import functools
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import IO
@@ -10,7 +12,7 @@ from typing import IO
 from starlette.responses import FileResponse, Response, StreamingResponse
 
 from ..assets import AssetTooLarge, AssetWriter, check_digest
-from ..errors import InvalidMessage, NotFound
+from ..errors import InvalidMessage, NotFound, StorageFull
 from ..model import Attachment
 from ..model._sniff import SUPPORTED_MIME_TYPES, UNKNOWN_MIME_TYPE, sniff_mime
 from ..stores.base import BaseStore, Store
@@ -164,7 +166,7 @@ async def import_(ctx: Context) -> Response:
     # nothing on disk until it rolls over; closed in the work pool below
     spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MEMORY)  # noqa: SIM115
     try:
-        await _receive(ctx, spool.write, limits.import_bytes)
+        await _receive(ctx, functools.partial(_spool_write, spool), limits.import_bytes)
 
         def load() -> int:
             check = getattr(ctx.store, "check_import", None)
@@ -183,6 +185,19 @@ async def import_(ctx: Context) -> Response:
             del imports[ctx.tenant]
         await run(spool.close)
     return json_response(ImportOut(added))
+
+
+def _spool_write(spool: IO[bytes], chunk: bytes) -> None:
+    """``chunk`` into the import's spool; a full disk is ``StorageFull`` (507), as the
+    store's own is."""
+    try:
+        spool.write(chunk)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = tempfile.gettempdir()
+        raise StorageFull(f"no space left for the import's temporary file in {where} "
+                          "(TMPDIR)", where=where) from None
 
 
 def _lines(spool: IO[bytes], line_limit: int) -> Iterator[bytes]:

@@ -22,6 +22,7 @@ from ..window import WindowPlan
 from .app import Context, Endpoint, Param, call_store, run
 from .errors import BadRequest, HTTPError
 from .ops import QUERY_COUNTER, counter_for, plan_window, reduce_session
+from .references import check_references
 from .routes_sessions import SESSION, guarded
 from .schema import (
     MAX_MESSAGES_PER_APPEND,
@@ -106,6 +107,9 @@ async def _own_messages(ctx: Context) -> tuple[list[Message], str, dict[str, Any
         message.token_counts = None if counts is None else counts[i]
     if any(_incomplete(a) for m in body.messages for a in m.attachments):
         await run(_complete_references, body.messages, ctx.service.assets, ctx.tenant)
+    if any(a.data is None for m in body.messages for a in m.attachments):
+        await call_store(check_references, body.messages, "$.messages", ctx.service.assets,
+                         ctx.store, ctx.tenant)
     return body.messages, "messages", {"state": body.state,
                                        "reject_orphans": body.reject_orphans}
 

@@ -13,6 +13,7 @@ from ..stores.model import Session
 from .app import Context, Endpoint, Param, call_store
 from .errors import PreconditionFailed
 from .listing import SessionList, listing_json
+from .references import check_references
 from .schema import CreateSessionBody, EditBody, ForkBody, UpdateSessionBody
 from .wire import (
     JSON_TYPE,
@@ -118,6 +119,9 @@ async def edit_session(ctx: Context) -> Response:
     body.message.token_counts = None  # counts are the server's to make
     try:
         check_described(body.message)  # as an append's messages are checked
+        if any(a.data is None for a in body.message.attachments):
+            await call_store(check_references, [body.message], "",
+                             ctx.service.assets, ctx.store, ctx.tenant)
         session = await call_store(ctx.store.edit, ctx.param("session_id"), body.message_id,
                                    body.message, tenant=ctx.tenant)
     except InvalidMessage as exc:

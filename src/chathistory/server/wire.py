@@ -30,6 +30,7 @@ from .work import HEAVY_BODY, SMALL_BODY, decode_elsewhere
 
 __all__ = [
     "BODY_IDLE_SECONDS",
+    "BODY_TIMEOUT",
     "IF_MATCH_PATTERN",
     "JSON_TYPE",
     "PARTS_HINT",
@@ -75,27 +76,33 @@ BODY_COMPLETE = "chathistory.body_complete"
 request's whole body has been received: reading it then never waits, and
 ``body_chunks`` skips its idle timer (``asyncio.timeout``: 4 us a chunk, two or three
 chunks a request)."""
-BODY_IDLE_SECONDS = 30.0
+BODY_IDLE_SECONDS = 15.0
 """A request body that sends nothing for this long is answered 408 (a slow client
-holds only its own coroutine meanwhile, never a worker thread)."""
+holds only its own coroutine meanwhile, never a worker thread), unless the server's
+connection says otherwise (``BODY_TIMEOUT``: ``chathistory serve --body-timeout``)."""
+BODY_TIMEOUT = "chathistory.body_timeout"
+"""Scope key: the seconds a request body may send nothing, set by the connection
+(``connections.ConnectionLimits.body_timeout``) when not ``BODY_IDLE_SECONDS``."""
 
 
 async def body_chunks(request: Request) -> AsyncIterator[bytes]:
     """The body's chunks as they come, each waited for at most ``BODY_IDLE_SECONDS``
-    (without the timer once the server says the whole body is in: ``BODY_COMPLETE``)."""
+    (or the scope's ``BODY_TIMEOUT``; without the timer once the server says the whole
+    body is in: ``BODY_COMPLETE``)."""
     stream = request.stream().__aiter__()
     scope = request.scope
+    idle = scope.get(BODY_TIMEOUT) or BODY_IDLE_SECONDS
     while True:
         try:
             # every byte is here once BODY_COMPLETE: the next chunk is too
             async with (contextlib.nullcontext() if scope.get(BODY_COMPLETE)
-                        else asyncio.timeout(BODY_IDLE_SECONDS)):
+                        else asyncio.timeout(idle)):
                 chunk = await anext(stream)
         except StopAsyncIteration:
             return
         except TimeoutError:
             raise HTTPError(408, "request_timeout", "the request body sent nothing for "
-                            f"{BODY_IDLE_SECONDS:g} s") from None
+                            f"{idle:g} s") from None
         yield chunk
 
 

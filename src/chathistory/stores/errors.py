@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import sqlite3
 import sys
+from typing import Any
 
 from ..errors import ChatHistoryError, StorageFull, StoreUnavailable
 
@@ -44,6 +45,9 @@ def translate_store_error(exc: BaseException, where: str = "") -> ChatHistoryErr
         state = getattr(exc, "sqlstate", None) or ""
         if not state or state.startswith("08") or state in ("57P01", "57P02", "57P03"):
             return StoreUnavailable(f"PostgreSQL unreachable: {_first_line(exc)}")
+        if state == "53100":  # disk_full: "could not extend file ...: No space left"
+            return StorageFull(f"no space left on PostgreSQL's disk: {_first_line(exc)}",
+                               where=where or "PostgreSQL")
         return None
     pool = sys.modules.get("psycopg_pool")
     if pool is not None and isinstance(exc, pool.PoolTimeout | pool.PoolClosed):
@@ -55,6 +59,8 @@ def translate_store_error(exc: BaseException, where: str = "") -> ChatHistoryErr
             | redis_errors.BusyLoadingError | redis_errors.ClusterDownError
             | redis_errors.TryAgainError | redis_errors.MasterDownError):
         return StoreUnavailable(f"Redis unreachable: {_first_line(exc)}")
+    if redis_errors is not None and isinstance(exc, redis_errors.ResponseError):
+        return _redis_refused(exc, redis_errors)
     if isinstance(exc, ConnectionError | TimeoutError):
         return StoreUnavailable(f"the store is unreachable: {_first_line(exc)}")
     return None
@@ -77,6 +83,20 @@ def _sqlite(exc: sqlite3.OperationalError, where: str) -> ChatHistoryError | Non
                                 "disk", retry_after=5.0, unreachable=False)
     if "unable to open" in text:
         return StoreUnavailable(f"{name} cannot be opened: {exc}", retry_after=5.0)
+    return None
+
+
+def _redis_refused(exc: BaseException, redis_errors: Any) -> ChatHistoryError | None:
+    """Redis refusing writes for want of room: its memory (``maxmemory`` with
+    ``noeviction``) or its disk (MISCONF: the AOF or a snapshot cannot be written)."""
+    text = _first_line(exc)
+    if isinstance(exc, redis_errors.OutOfMemoryError):
+        return StorageFull(f"Redis is out of memory (maxmemory): {text}", where="Redis")
+    if "MISCONF" in text:
+        if "No space left" in text:
+            return StorageFull(f"no space left on Redis's disk: {text}", where="Redis")
+        return StoreUnavailable(f"Redis cannot persist writes: {text}", retry_after=30.0,
+                                unreachable=False)
     return None
 
 

@@ -486,16 +486,24 @@ def _encode_cursor(hit: Cursor) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+_MAX_SEQ = 2**63 - 1
+_cursor_decoder = msgspec.json.Decoder(tuple[float, str, int])
+
+
 def _decode_cursor(cursor: str) -> Cursor:
+    """The position a cursor names; ``InvalidArgument`` for anything ``_encode_cursor``
+    cannot have made (bad base64, other JSON, a position no column holds, a session id
+    no store accepts), so that a forged cursor is the client's 400, never a driver's
+    error: the decode is typed, so nesting stops at the first wrong value."""
     try:
         raw = decode_base64(cursor)  # strict: a character is never skipped
-        score, session_id, seq = msgspec.json.decode(raw)
-        if (not isinstance(score, int | float) or not isinstance(session_id, str)
-                or type(seq) is not int):
-            raise ValueError
-        return float(score), session_id, seq
-    except (ValueError, TypeError, msgspec.DecodeError):
-        raise InvalidArgument("cursor: not a cursor of this search") from None
+        score, session_id, seq = _cursor_decoder.decode(raw)
+    except (ValueError, msgspec.DecodeError):  # (binascii.Error is a ValueError)
+        score, session_id, seq = math.nan, "", -1
+    if (not math.isfinite(score) or not 0 <= seq <= _MAX_SEQ or not session_id
+            or len(session_id) > 200 or "\x00" in session_id):
+        raise InvalidArgument("cursor: not a cursor of this search")
+    return score, session_id, seq
 
 
 class Searching(Reads):

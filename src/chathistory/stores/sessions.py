@@ -15,7 +15,7 @@ from typing import Any, Literal, Self
 
 import msgspec
 
-from ..errors import Conflict, InvalidArgument, NotFound
+from ..errors import Conflict, InvalidArgument, InvalidMessage, NotFound
 from ..model import new_id
 from ..model.b64 import decode_base64
 from ..tokens import TokenCounter, get_counter
@@ -202,6 +202,9 @@ def _make_cursor(order: str, session: Session) -> str:
 
 
 def _parse_cursor(cursor: str | None, order: str) -> tuple[str, str] | None:
+    """The ``(key, id)`` a cursor names; ``InvalidArgument`` for anything ``_make_cursor``
+    cannot have made (bad base64, other JSON, a key that is not a time, an id no store
+    accepts): a forged cursor is the client's 400, never a driver's error."""
     if not cursor:
         return None
     try:
@@ -212,7 +215,12 @@ def _parse_cursor(cursor: str | None, order: str) -> tuple[str, str] | None:
         if sep and created[:1].isdigit():  # the cursor of older releases: created order
             made_for, key = "created", created
         else:
-            raise InvalidArgument(f"bad cursor {cursor!r}") from None
+            raise InvalidArgument(f"bad cursor {cursor[:100]!r}") from None
+    try:
+        datetime.fromisoformat(key)
+        check_id(sid, "cursor")
+    except (ValueError, InvalidMessage):
+        raise InvalidArgument(f"bad cursor {cursor[:100]!r}") from None
     if made_for != order:
         raise InvalidArgument(f"this cursor is for order={made_for}, not order={order}")
     return key, sid
