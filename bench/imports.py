@@ -1,6 +1,6 @@
 """`python -m bench.imports [MB ...] [--bomb MB] [--timeout S] [IMPORT OPTIONS]`: time
-and peak memory of `chathistory import` on a ChatGPT export whose one conversation holds one large text
-(10, 20 and 40 MB by default), and on a small zip holding one conversation of
+and peak memory of `chathistory import` on a ChatGPT export whose one conversation
+holds one large text (10, 20 and 40 MB by default), and on a small zip holding one conversation of
 ``--bomb`` MB (600 by default). Each import runs in a process of its own (peak RSS is
 its ``VmHWM``) into a fresh SQLite store; prints one line a file."""
 
@@ -39,19 +39,21 @@ def run_import(path: Path, store: Path, timeout: float, extra: list[str]) -> str
     except subprocess.TimeoutExpired:
         return f"did not finish in {timeout:.0f} s"
     elapsed = time.perf_counter() - started
-    peak = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "?"
+    cpu, peak = (done.stdout.strip().splitlines()[-1].split() if done.stdout.strip()
+                 else ("nan", "?"))
     outcome = "ok" if done.returncode == 0 else (
         f"exit {done.returncode}: " + (done.stderr.strip().splitlines() or ["?"])[-1][:160])
-    return f"{elapsed:6.1f} s, peak RSS {peak} MB, {outcome}"
+    return f"{elapsed:6.1f} s ({float(cpu):.1f} s CPU), peak RSS {peak} MB, {outcome}"
 
 
 # The child's peak is VmHWM: ru_maxrss would start from this process's size at the fork.
 _CHILD = """
-import re, sys
+import re, resource, sys
 from chathistory.cli import main
 code = main(["import", "--json", sys.argv[1], "--store", sys.argv[2], *sys.argv[3:]])
 status = open("/proc/self/status").read()
-print(int(re.search(r"VmHWM:\\s*(\\d+)", status).group(1)) // 1024)
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(usage.ru_utime + usage.ru_stime, int(re.search(r"VmHWM:\\s*(\\d+)", status).group(1)) // 1024)
 sys.exit(code)
 """
 
