@@ -31,9 +31,11 @@ def export_with_text(size: int) -> bytes:
     return json.dumps([record]).encode()
 
 
-def run_import(path: Path, store: Path, timeout: float, extra: list[str]) -> str:
+def run_import(path: Path, store: Path, timeout: float, extra: list[str],
+               memory: bool = False) -> str:
     started = time.perf_counter()
-    command = [sys.executable, "-c", _CHILD, str(path), f"sqlite:///{store}", *extra]
+    child = _CHILD_MEMORY if memory else _CHILD
+    command = [sys.executable, "-c", child, str(path), f"sqlite:///{store}", *extra]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -45,6 +47,20 @@ def run_import(path: Path, store: Path, timeout: float, extra: list[str]) -> str
         f"exit {done.returncode}: " + (done.stderr.strip().splitlines() or ["?"])[-1][:160])
     return f"{elapsed:6.1f} s ({float(cpu):.1f} s CPU), peak RSS {peak} MB, {outcome}"
 
+
+# With --memory: the import alone, into a MemoryStore counting tokens by the approximate
+# counter (no tokenizer to load, no database): what reading and converting cost.
+_CHILD_MEMORY = """
+import re, resource, sys
+from chathistory.importers import import_file
+from chathistory.stores import MemoryStore
+options = dict(a.split("=", 1) for a in sys.argv[3:])
+import_file(MemoryStore(counter="approx"), sys.argv[1],
+            **{k: int(v) for k, v in options.items()})
+status = open("/proc/self/status").read()
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(usage.ru_utime + usage.ru_stime, int(re.search(r"VmHWM:\\s*(\\d+)", status).group(1)) // 1024)
+"""
 
 # The child's peak is VmHWM: ru_maxrss would start from this process's size at the fork.
 _CHILD = """
@@ -64,26 +80,30 @@ def main(argv: list[str] | None = None) -> int:
                         help="MB of text in the one conversation")
     parser.add_argument("--bomb", type=int, default=600, help="MB of text in the zip (0: none)")
     parser.add_argument("--timeout", type=float, default=400.0)
+    parser.add_argument("--memory", action="store_true",
+                        help="import_file into a MemoryStore with the approximate counter "
+                        "(the rest of the options: NAME=INT keyword arguments of import_file)")
     args, extra = parser.parse_known_args(argv)  # the rest: options of chathistory import
+    memory: bool = args.memory
     print(f"python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         tiny = root / "tiny.json"
         tiny.write_bytes(export_with_text(100))
-        fixed = run_import(tiny, root / "tiny.db", args.timeout, extra)
+        fixed = run_import(tiny, root / "tiny.db", args.timeout, extra, memory)
         print(f"100 B record (the fixed cost): {fixed}", flush=True)
         for mb in args.sizes:
             path = root / f"text{mb}.json"
             path.write_bytes(export_with_text(mb * 1_000_000))
-            print(f"{mb} MB record: {run_import(path, root / f's{mb}.db', args.timeout, extra)}",
-                  flush=True)
+            result = run_import(path, root / f"s{mb}.db", args.timeout, extra, memory)
+            print(f"{mb} MB record: {result}", flush=True)
             path.unlink()
         if args.bomb:
             bomb = root / "bomb.zip"
             with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
                 z.writestr("conversations.json", export_with_text(args.bomb * 1_000_000))
             print(f"zip of {bomb.stat().st_size // 1000:,} KB holding a {args.bomb} MB record: "
-                  f"{run_import(bomb, root / 'bomb.db', args.timeout, extra)}", flush=True)
+                  f"{run_import(bomb, root / 'bomb.db', args.timeout, extra, memory)}", flush=True)
     return 0
 
 

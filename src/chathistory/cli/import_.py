@@ -34,7 +34,11 @@ The format is detected from the first record (--format forces one):
   openai       JSON lines {"messages": [...]} (the fine-tuning format, tool calls)
   chathistory  the output of `chathistory export`
 
-Ids derive from the source, so importing the same file again adds nothing.
+Ids derive from the source, so importing the same file again adds nothing, and
+an import stopped anywhere is finished by running it again. An invalid record
+stops the import naming it and its field (nothing of it stored); --skip-invalid
+skips each one, says where it is and why, and imports the rest. A record may
+hold at most --max-record-mb MiB (64 by default).
 Sessions go to tenant 'default' (--tenant picks another; an http(s) store
 writes to its key's tenant), and the summary says which. A server shows a
 tenant's sessions to a key of that tenant; without keys, only tenant 'default'.
@@ -44,6 +48,7 @@ examples:
   chathistory import --limit 200 ShareGPT_V3_unfiltered_cleaned_split.json
   chathistory import --format openai --store sqlite:///train.db train.jsonl
   chathistory import --tenant acme conversations.json
+  chathistory import --skip-invalid --max-record-mb 256 export.zip
 """
 
 

@@ -14,9 +14,13 @@ chathistory   ``Store.export()`` output (JSON lines)                      ``kind
 The first non-blank byte tells the container: ``[`` a JSON array, ``{`` JSON
 lines (any record format may come in either, except ``chathistory``, which is
 JSON lines only); a zip is opened at its ``conversations.json``. Records are
-streamed one at a time, so a file of any size imports in constant memory, and
-a file cut short mid-record imports every whole record and reports the cut
-(``ImportReport.truncated``) instead of failing.
+streamed one at a time and bounded (``max_record`` bytes each), so a file of
+any size imports in memory bounded by that, and the record read to detect the
+format is the first one imported. A file cut short mid-record imports every
+whole record and reports the cut (``ImportReport.truncated``) instead of
+failing. An invalid record (``_stream`` says how the next one is found after a
+malformed one) stops the import naming it, or with ``skip_invalid`` is listed
+in ``ImportReport.invalid`` and the records after it are imported.
 
 Imports are idempotent: session and message ids derive from the source's ids
 (``uuid5``), so importing a file twice adds nothing the second time (see
