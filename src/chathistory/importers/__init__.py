@@ -29,6 +29,7 @@ Imports are idempotent: session and message ids derive from the source's ids
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import sys
@@ -292,7 +293,9 @@ def import_file(store: Store, path: str | os.PathLike[str], *, format: str | Non
             try:
                 if record.error is not None:
                     raise record.invalid()
-                conversations = list(convert(record.raw, record.index, report))
+                raw, record = record.raw, dataclasses.replace(record, raw=b"")
+                conversations = list(convert(raw, record.index, report))
+                del raw  # not kept while the conversations are stored
                 for conversation in conversations:
                     check(conversation, record.index)
             except InvalidMessage as exc:

@@ -104,8 +104,11 @@ def json_error(raw: bytes) -> tuple[str, int] | None:
         if "truncated" in text:
             return "truncated", len(raw)
         found = _BYTE.search(text)
+        at = int(found.group(1)) if found else 0
+        if at >= len(raw):  # a number cut short ("1." or "-") is only cut short
+            return "truncated", len(raw)
         reason = text.replace("JSON is malformed: ", "")
-        return _BYTE.sub("", reason).strip(), int(found.group(1)) if found else 0
+        return _BYTE.sub("", reason).strip(), at
     except RecursionError:
         return "it is nested too deeply to decode", -1
     return None
@@ -339,8 +342,12 @@ class JSONArrayReader:
                 continue
             if status == _OK and error is None:
                 self.offset = self._here()
-                yield (Record(index, offset, raw) if len(raw) <= self.max_record else
-                       Record(index, offset, b"", self._too_large()))
+                # handed over in a box, so that this frame keeps no reference to the
+                # bytes while the caller converts and stores them
+                box = [Record(index, offset, raw) if len(raw) <= self.max_record else
+                       Record(index, offset, b"", self._too_large())]
+                raw = b""
+                yield box.pop()
                 index, expect_value, resync = index + 1, False, False
                 continue
             if status == _EOF and error is not None and error[0] == "truncated" and not resync:
@@ -432,12 +439,15 @@ class JSONLinesReader:
                 else:
                     piece = chunk[pos:newline]
                     line = b"".join([*pieces, piece]) if pieces else piece
+                    pieces, piece = [], b""
                     self.offset = base + newline + 1
                     if len(line) > self.max_record and line.strip():
                         yield self._too_long(index, line_start, number)
                         index += 1
                     elif line.strip():
-                        yield Record(index, line_start, line, line=number)
+                        box = [Record(index, line_start, line, line=number)]
+                        line = b""  # only the caller holds the bytes (see JSONArrayReader)
+                        yield box.pop()
                         index += 1
                 pieces, size = [], 0
                 pos = newline + 1
