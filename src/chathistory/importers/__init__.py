@@ -188,7 +188,7 @@ def _detect(record: Record, *, lines: bool) -> str:
     try:
         value = decode_any(record.raw)
     except msgspec.DecodeError as exc:
-        raise InvalidMessage(f"record {record.index} ({record.where()}) is not JSON: {exc}",
+        raise InvalidMessage(f"record {record.index} is not JSON: {exc}",
                              f"$[{record.index}]") from None
     fmt = _format_of(value, f"$[{record.index}]")
     if fmt == "chathistory" and not lines:
@@ -323,8 +323,10 @@ def _placed(text: str, record: Record) -> str:
 
 
 def _undetected(raw: bytes, index: int, report: ImportReport) -> Iterator[Conversation]:
-    """The converter while no record has shown the format (every one so far invalid)."""
-    raise InvalidMessage(f"record {index}: the format is not known: pass one", f"$[{index}]")
+    """The converter of records before the first of a known format: each says why
+    it is not one."""
+    _detect(Record(index, 0, raw), lines=True)
+    raise AssertionError("a record of a known format is the first one detected")
 
 
 def _cut_short(reader: JSONArrayReader | JSONLinesReader, record: Record) -> bool:
