@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from chathistory import InvalidMessage, open_store
 from chathistory.importers import import_file
 from chathistory.importers._stream import JSONArrayReader, Record
+from chathistory.stores import MemoryStore
 
 
 def chatgpt_record(i: int, text: str = "hello") -> dict[str, Any]:
@@ -161,13 +162,16 @@ def test_a_record_over_the_bound_is_not_read_whole() -> None:
     assert chunks.handed <= (1 << 20) + 2 * (1 << 16)
 
 
-def test_a_large_record_is_read_in_one_pass() -> None:
+def test_a_large_record_is_read_in_one_pass(tmp_path: Path) -> None:
     """Each byte of a record that runs over many chunks (one long string) is
-    scanned once: the work counted in regular-expression bytes stays linear."""
+    scanned once, also by an import, whose format detection reads the first
+    record: the work counted in bytes the scanner looks at stays linear."""
     import chathistory.importers._stream as stream
 
     text = b"y" * 4_000_000
     data = b'[{"mapping": {}, "title": "' + text + b'", "n": [1, {"a": "]"}]}]'
+    path = tmp_path / "one.json"
+    path.write_bytes(data)
     scanned = 0
     real = stream._Brackets.end_in
 
@@ -180,10 +184,14 @@ def test_a_large_record_is_read_in_one_pass() -> None:
     stream._Brackets.end_in = counting  # type: ignore[method-assign]
     try:
         records = list(JSONArrayReader(CountingChunks(data, 1 << 12)))
+        assert len(records) == 1 and records[0].raw == data[1:-1]
+        assert scanned <= len(data)
+        scanned = 0
+        report = import_file(MemoryStore(counter="approx"), path)
+        assert report.format == "chatgpt" and report.conversations == 1
+        assert scanned <= len(data)
     finally:
         stream._Brackets.end_in = real  # type: ignore[method-assign]
-    assert len(records) == 1 and records[0].raw == data[1:-1]
-    assert scanned <= len(data)
 
 
 # Any record with a stray '{' or '[' anywhere: every other record is read back.
