@@ -1,10 +1,11 @@
 """An import stopped after any of its writes, then run again, ends exactly as one
 whole import does: the same sessions (forks, ``branch_of``, "k of n"), messages,
 metadata and state. For the outside formats (a ChatGPT export with branches) and
-for a chathistory export holding forks (``Store.import_``)."""
+for a chathistory export holding forks (``Store.import_``), on every backend."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,9 @@ from clikit import FIXTURES
 
 from chathistory.importers import import_file
 from chathistory.stores import BaseStore, MemoryStore
-from chathistory.stores.sqlite import SQLiteStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "stores"))
+from storekit import BACKENDS
 
 CHATGPT = FIXTURES / "chatgpt_conversations.json"
 SHAREGPT = FIXTURES / "sharegpt_truncated.json"
@@ -45,9 +48,12 @@ def failing(base: type[BaseStore]) -> type[BaseStore]:
 
 
 def make(backend: str, tmp_path: Path, name: str) -> Any:
-    if backend == "memory":
-        return failing(MemoryStore)(counter="approx")
-    return failing(SQLiteStore)(tmp_path / f"{name}.db", counter="approx")
+    """A store of ``backend`` (storekit's constructors) made a ``failing`` one."""
+    folder = tmp_path / name
+    folder.mkdir()
+    store = BACKENDS[backend](folder)
+    store.__class__ = failing(type(store))
+    return store
 
 
 def snapshot(store: BaseStore, times: bool) -> list[Any]:
@@ -82,7 +88,7 @@ def run_import(store: Any, what: str, tmp_path: Path) -> None:
         import_file(store, CHATGPT if what == "chatgpt" else SHAREGPT)
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("what", ["chatgpt", "sharegpt", "export"])
 def test_a_rerun_after_a_stop_at_any_write_ends_as_a_whole_import(
         tmp_path: Path, backend: str, what: str) -> None:
