@@ -38,7 +38,7 @@ def test_array_reader_any_chunking(items: list[dict[str, object]], sizes: list[i
     text = json.dumps(items, indent=2 if pretty else None, ensure_ascii=False)
     data = (("\ufeff" if pretty else "") + text).encode()
     reader = JSONArrayReader(chunked(data, sizes))
-    got = [json.loads(raw) for _, _, raw in reader]
+    got = [json.loads(record.raw) for record in reader]
     assert got == items
     assert reader.truncated is None and reader.offset == len(data)
 
@@ -50,7 +50,7 @@ def test_array_reader_cut_anywhere(items: list[dict[str, object]], data: st.Data
     cut = data.draw(st.integers(1, len(whole) - 1))
     sizes = data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=3))
     reader = JSONArrayReader(chunked(whole[:cut], sizes))
-    got = [json.loads(raw) for _, _, raw in reader]
+    got = [json.loads(record.raw) for record in reader]
     # exactly the records that end before the cut
     ends = []
     pos = 1
@@ -70,7 +70,7 @@ def test_lines_reader_any_chunking(items: list[dict[str, object]], sizes: list[i
     text = "\n".join(json.dumps(i, ensure_ascii=False) for i in items)
     data = ("\ufeff" + text + ("\n" if final_newline else "")).encode()
     reader = JSONLinesReader(chunked(data, sizes))
-    got = [json.loads(raw) for _, _, raw in reader]
+    got = [json.loads(record.raw) for record in reader]
     assert got == items
 
 
@@ -78,8 +78,8 @@ def test_array_reader_positions_and_errors() -> None:
     data = b'\xef\xbb\xbf [ {"a": 1} ,\n{"b": "]"} ]  '
     reader = JSONArrayReader([data[:5], data[5:]])
     got = list(reader)
-    assert [raw for _, _, raw in got] == [b'{"a": 1}', b'{"b": "]"}']
-    assert [offset for _, offset, _ in got] == [data.index(b"{"), data.index(b'{"b"')]
+    assert [record.raw for record in got] == [b'{"a": 1}', b'{"b": "]"}']
+    assert [record.offset for record in got] == [data.index(b"{"), data.index(b'{"b"')]
     missing_bracket = JSONArrayReader([b'[{"a": 1},'])
     assert len(list(missing_bracket)) == 1
     assert missing_bracket.truncated is not None

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..importers import ImportReport
+from ..importers import MAX_RECORD, ImportReport
 from ..stores.protocol import Store
 from ._common import (
     add_command,
@@ -34,7 +34,11 @@ The format is detected from the first record (--format forces one):
   openai       JSON lines {"messages": [...]} (the fine-tuning format, tool calls)
   chathistory  the output of `chathistory export`
 
-Ids derive from the source, so importing the same file again adds nothing.
+Ids derive from the source, so importing the same file again adds nothing, and
+an import stopped anywhere is finished by running it again. An invalid record
+stops the import naming it and its field (nothing of it stored); --skip-invalid
+skips each one, says where it is and why, and imports the rest. A record may
+hold at most --max-record-mb MiB (64 by default).
 Sessions go to tenant 'default' (--tenant picks another; an http(s) store
 writes to its key's tenant), and the summary says which. A server shows a
 tenant's sessions to a key of that tenant; without keys, only tenant 'default'.
@@ -44,6 +48,7 @@ examples:
   chathistory import --limit 200 ShareGPT_V3_unfiltered_cleaned_split.json
   chathistory import --format openai --store sqlite:///train.db train.jsonl
   chathistory import --tenant acme conversations.json
+  chathistory import --skip-invalid --max-record-mb 256 export.zip
 """
 
 
@@ -55,7 +60,11 @@ def register(commands: Any) -> None:
     parser.add_argument("--limit", type=int, metavar="N",
                         help="import only the first N conversations")
     parser.add_argument("--skip-invalid", action="store_true",
-                        help="count and report records that do not decode instead of stopping")
+                        help="skip invalid records (not JSON, too large, a bad field), each "
+                        "reported with where it is and why, and import the rest")
+    parser.add_argument("--max-record-mb", type=_positive_mb, default=MAX_RECORD >> 20,
+                        metavar="MB", help="the most one record (one conversation) may hold, "
+                        f"in MiB (default {MAX_RECORD >> 20}); a larger one is refused")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     add_store_option(parser)
     add_tenant_option(parser)
@@ -83,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         with progress.shown():
             report = import_file(store, args.file, format=args.format, limit=limit,
                                  tenant=tenant, skip_invalid=args.skip_invalid,
-                                 progress=on_progress)
+                                 max_record=args.max_record_mb << 20, progress=on_progress)
             progress.finish()
         elapsed = time.perf_counter() - started
         remote = store_url(args).lower().startswith(("http://", "https://"))
@@ -104,6 +113,16 @@ def run(args: argparse.Namespace) -> int:
         note(f"a server without keys shows tenant {DEFAULT_TENANT!r} only: to see tenant "
              f"{written_to!r} in the viewer, make a key of it: {keys}")
     return 0
+
+
+def _positive_mb(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of MiB >= 1, not {text!r}")
+    return value
 
 
 def _key_tenant(store: Store) -> str:
@@ -129,8 +148,10 @@ def _who_sees(store: Store, tenant: str) -> str:
 def _print_report(args: argparse.Namespace, report: ImportReport, tenant: str,
                   elapsed: float) -> None:
     limit: int | None = args.limit
+    invalid = (f" ({number(len(report.invalid))} invalid, skipped)" if report.invalid
+               else "")
     print(f"{args.file} ({report.format}) into tenant {tenant!r}: "
-          f"{number(report.conversations)} conversations read; "
+          f"{number(report.conversations)} conversations read{invalid}; "
           f"{number(report.sessions_created)} sessions and {number(report.forks_created)} "
           f"forks created, {number(report.messages_added)} messages added "
           f"in {elapsed:.2f} s")

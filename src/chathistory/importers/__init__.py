@@ -14,9 +14,13 @@ chathistory   ``Store.export()`` output (JSON lines)                      ``kind
 The first non-blank byte tells the container: ``[`` a JSON array, ``{`` JSON
 lines (any record format may come in either, except ``chathistory``, which is
 JSON lines only); a zip is opened at its ``conversations.json``. Records are
-streamed one at a time, so a file of any size imports in constant memory, and
-a file cut short mid-record imports every whole record and reports the cut
-(``ImportReport.truncated``) instead of failing.
+streamed one at a time and bounded (``max_record`` bytes each), so a file of
+any size imports in memory bounded by that, and the record read to detect the
+format is the first one imported. A file cut short mid-record imports every
+whole record and reports the cut (``ImportReport.truncated``) instead of
+failing. An invalid record (``_stream`` says how the next one is found after a
+malformed one) stops the import naming it, or with ``skip_invalid`` is listed
+in ``ImportReport.invalid`` and the records after it are imported.
 
 Imports are idempotent: session and message ids derive from the source's ids
 (``uuid5``), so importing a file twice adds nothing the second time (see
@@ -25,10 +29,12 @@ Imports are idempotent: session and message ids derive from the source's ids
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import os
 import sys
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -38,11 +44,20 @@ import msgspec
 from ..errors import InvalidMessage, NotFound
 from ..stores.protocol import Store
 from . import chatgpt, openai_jsonl, sharegpt
-from ._stream import CHUNK_SIZE, JSONArrayReader, JSONLinesReader, Truncation
-from ._write import Conversation, ImportReport, TenantArg, derived_id, write
+from ._stream import (
+    CHUNK_SIZE,
+    MAX_RECORD,
+    JSONArrayReader,
+    JSONLinesReader,
+    Record,
+    Truncation,
+    decode_any,
+)
+from ._write import Conversation, ImportReport, TenantArg, check, derived_id, write
 
 __all__ = [
     "FORMATS",
+    "MAX_RECORD",
     "Conversation",
     "ImportReport",
     "Source",
@@ -61,8 +76,6 @@ _CONVERTERS: dict[str, Callable[[bytes, int, ImportReport], Iterator[Conversatio
     "chatgpt": chatgpt.convert,
     "openai": openai_jsonl.convert,
 }
-_DETECT_LIMIT = 256 << 20
-"""Bytes read at most to see the first record (a ChatGPT conversation can be large)."""
 
 ProgressCallback = Callable[[int, int, int | None], None]
 """Called after each record with (records read, bytes read, bytes in the source
@@ -70,8 +83,8 @@ when known)."""
 
 
 class Source:
-    """A byte stream whose head can be read ahead (to detect its format) and then
-    read again from the start, as chunks; works for pipes too."""
+    """A byte stream whose first chunks can be looked at (to see its first byte)
+    and then read again from the start, as chunks; works for pipes too."""
 
     def __init__(self, stream: IO[bytes], name: str, size: int | None) -> None:
         self.stream = stream
@@ -79,16 +92,19 @@ class Source:
         self.size = size
         """Bytes in the source when known (for progress)."""
         self._head: list[bytes] = []
-        self.eof = False
 
-    def read_ahead(self) -> bytes:
-        """Read one more chunk into the head; returns the whole head."""
-        chunk = self.stream.read(CHUNK_SIZE)
-        if chunk:
+    def first_byte(self) -> bytes:
+        """The first byte that is not a space or the BOM (empty for an empty
+        source), reading only as far as that byte."""
+        while True:
+            chunk = self.stream.read(CHUNK_SIZE)
+            if not chunk:
+                return b""
             self._head.append(chunk)
-        else:
-            self.eof = True
-        return b"".join(self._head)
+            small = sum(len(c) for c in self._head) <= 2 * len(_BOM)  # a BOM may be split
+            first = _first_byte(b"".join(self._head) if small else chunk)
+            if first:
+                return first
 
     def chunks(self) -> Iterator[bytes]:
         """The source from its first byte, as chunks."""
@@ -99,6 +115,9 @@ class Source:
             if not chunk:
                 return
             yield chunk
+
+
+_BOM = b"\xef\xbb\xbf"
 
 
 @contextmanager
@@ -123,7 +142,7 @@ def open_source(path: str | os.PathLike[str]) -> Iterator[Source]:
 
 
 def _first_byte(data: bytes) -> bytes:
-    return data.lstrip(b"\xef\xbb\xbf").lstrip()[:1]
+    return data.lstrip(_BOM).lstrip()[:1]
 
 
 def detect_format(head: bytes, *, complete: bool = True) -> str | None:
@@ -131,39 +150,66 @@ def detect_format(head: bytes, *, complete: bool = True) -> str | None:
     ``"empty"`` for an empty JSON array. None when ``head`` holds no whole first
     record yet and more of the file follows (``complete=False``)."""
     first = _first_byte(head)
-    if first == b"[":
-        reader = JSONArrayReader([head])
-        element = next(iter(reader), None)
-        if element is None:
-            if reader.truncated is None:
-                return "empty"
-            if not complete:
-                return None
-            raise InvalidMessage("the first record of the array is incomplete", "$[0]")
-        record = _decode_head(element[2], "$[0]")
-        fmt = _format_of(record, "$[0]")
-        if fmt == "chathistory":
-            raise InvalidMessage("a chathistory export is JSON lines, not an array", "$[0]")
-        return fmt
-    if first == b"{":
-        text = head.lstrip(b"\xef\xbb\xbf").lstrip()
-        line, newline, _ = text.partition(b"\n")
-        if not newline and not complete:
-            return None
-        return _format_of(_decode_head(line, "$[0]"), "$[0]")
     if not first:
         if not complete:
             return None
         raise InvalidMessage("the file is empty", "$")
-    raise InvalidMessage("not a JSON array or JSON lines file (it does not start with "
-                         "'[' or '{')", "$")
+    if first not in (b"[", b"{"):
+        raise _not_json_container()
+    reader = _reader(first, [head], MAX_RECORD)
+    for record in reader:
+        if (isinstance(reader, JSONLinesReader) and not reader.last_line_complete
+                and not complete):
+            return None
+        return _detect(record, lines=first == b"{")
+    if isinstance(reader, JSONArrayReader) and reader.truncated is not None:
+        if not complete:
+            return None
+        raise InvalidMessage("the first record of the array is incomplete", "$[0]")
+    return "empty"
 
 
-def _decode_head(data: bytes, path: str) -> Any:
+def _not_json_container() -> InvalidMessage:
+    return InvalidMessage("not a JSON array or JSON lines file (it does not start with "
+                          "'[' or '{')", "$")
+
+
+def _reader(first: bytes, chunks: Iterable[bytes],
+            max_record: int) -> JSONArrayReader | JSONLinesReader:
+    if first == b"[":
+        return JSONArrayReader(chunks, max_record=max_record)
+    return JSONLinesReader(chunks, max_record=max_record)
+
+
+def _detect(record: Record, *, lines: bool) -> str:
+    """The format of a file whose first record is ``record``."""
+    if record.error is not None:
+        raise record.invalid()
     try:
-        return msgspec.json.decode(data)
+        value = decode_any(record.raw)
     except msgspec.DecodeError as exc:
-        raise InvalidMessage(f"the first record is not JSON: {exc}", path) from None
+        raise InvalidMessage(f"record {record.index} is not JSON: {exc}",
+                             f"$[{record.index}]") from None
+    fmt = _format_of(value, f"$[{record.index}]")
+    if fmt == "chathistory" and not lines:
+        raise InvalidMessage("a chathistory export is JSON lines, not an array", "$[0]")
+    return fmt
+
+
+_FORMAT_KEYS = {"chatgpt": "mapping", "sharegpt": "conversations", "openai": "messages"}
+
+
+def _has_key(key: str) -> Callable[[bytes], bool]:
+    """Whether a JSON object's bytes hold ``key`` at its top level (a record of the
+    format whose key it is)."""
+    def check(raw: bytes) -> bool:
+        try:
+            value = decode_any(raw)
+        except msgspec.DecodeError:
+            return False
+        return isinstance(value, dict) and key in value
+
+    return check
 
 
 def _format_of(record: Any, path: str) -> str:
@@ -184,68 +230,112 @@ def _format_of(record: Any, path: str) -> str:
 
 def import_file(store: Store, path: str | os.PathLike[str], *, format: str | None = None,
                 limit: int | None = None, tenant: str | None = None,
-                skip_invalid: bool = False,
+                skip_invalid: bool = False, max_record: int = MAX_RECORD,
                 progress: ProgressCallback | None = None) -> ImportReport:
     """Import the conversations of ``path`` into ``store``; see the module docstring.
 
     ``limit`` stops after that many records (conversations; sessions for a
     chathistory export). ``tenant`` None keeps the store's default (a remote
-    store's key decides it). A record that does not decode raises
-    ``InvalidMessage`` naming it (records before it stay stored, and a retry
-    adds only the rest), or with ``skip_invalid`` is counted in ``invalid``.
+    store's key decides it). A record that is not valid (not JSON, larger than
+    ``max_record`` bytes, a field of the wrong type or out of range) raises
+    ``InvalidMessage`` naming it and the field, and nothing of it is stored
+    (records before it stay stored, and a retry adds only the rest); with
+    ``skip_invalid`` it is counted in ``invalid``, with where it is and why,
+    and the records after it are imported.
     """
     if format is not None and format not in FORMATS:
         raise ValueError(f"unknown format {format!r}: use one of {', '.join(FORMATS)}")
     if limit is not None and limit < 0:
         raise ValueError("limit must be >= 0")
+    if max_record < 1:
+        raise ValueError("max_record must be >= 1")
     with open_source(path) as source:
-        head = source.read_ahead()
-        detected = None if format is not None else detect_format(head, complete=source.eof)
-        while format is None and detected is None:
-            if len(head) > _DETECT_LIMIT:
-                raise InvalidMessage("no whole record in the first 256 MB; pass a format", "$")
-            head = source.read_ahead()
-            detected = detect_format(head, complete=source.eof)
-        fmt = format or detected or "empty"
-        report = ImportReport(format=fmt)
-        if fmt == "empty":
-            return report
-        lines = _first_byte(head) != b"["
-        if fmt == "chathistory":
-            if not lines:
-                raise InvalidMessage("a chathistory export is JSON lines, not an array", "$")
-            _import_export(store, JSONLinesReader(source.chunks()), report, limit, tenant,
-                           progress, source.size)
-            return report
-        convert = _CONVERTERS[fmt]
-        reader: JSONArrayReader | JSONLinesReader = (
-            JSONLinesReader(source.chunks()) if lines else JSONArrayReader(source.chunks()))
-        for index, (number, offset, raw) in enumerate(reader):
-            if limit is not None and index >= limit:
+        first = source.first_byte()
+        if not first:
+            raise InvalidMessage("the file is empty", "$")
+        if first not in (b"[", b"{"):
+            raise _not_json_container()
+        lines = first == b"{"
+        if format == "chathistory" and not lines:
+            raise InvalidMessage("a chathistory export is JSON lines, not an array", "$")
+        reader = _reader(first, source.chunks(), max_record)
+        records = iter(reader)
+        fmt = format
+        before: list[Record] = []  # invalid records before the first one of a known format
+        if fmt is None:
+            for record in records:
+                if _cut_short(reader, record):
+                    break
+                try:
+                    fmt = _detect(record, lines=lines)
+                except InvalidMessage:
+                    if not skip_invalid:
+                        raise
+                    before.append(record)
+                    continue
+                before.append(record)
                 break
-            if (isinstance(reader, JSONLinesReader) and not reader.last_line_complete
-                    and not _is_json(raw)):
-                reader.mark_truncated(index, number, offset)
+        report = ImportReport(format=fmt or "empty")
+        if fmt == "chathistory":
+            assert isinstance(reader, JSONLinesReader)
+            _import_export(store, reader, itertools.chain(before, records), report, limit,
+                           tenant, progress, source.size)
+            return report
+        if isinstance(reader, JSONArrayReader) and fmt is not None:
+            reader.is_record = _has_key(_FORMAT_KEYS[fmt])
+        convert = _CONVERTERS.get(fmt or "", _undetected)
+        for record in itertools.chain(before, records):
+            if limit is not None and record.index >= limit:
+                break
+            if _cut_short(reader, record):
                 break
             report.conversations += 1
             try:
-                conversations = list(convert(raw, index, report))
+                if record.error is not None:
+                    raise record.invalid()
+                raw, record = record.raw, dataclasses.replace(record, raw=b"")
+                conversations = list(convert(raw, record.index, report))
+                del raw  # not kept while the conversations are stored
+                for conversation in conversations:
+                    check(conversation, record.index)
             except InvalidMessage as exc:
                 if not skip_invalid:
                     raise
-                report.invalid.append(str(exc))
+                report.invalid.append(_placed(str(exc), record))
                 conversations = []
             for conversation in conversations:
-                try:
-                    write(store, conversation, report, tenant)
-                except InvalidMessage as exc:
-                    raise InvalidMessage(f"record {index}: {exc.reason}",
-                                         f"$[{index}].messages" + exc.path[1:]) from None
+                write(store, conversation, report, tenant)
             if progress is not None:
                 progress(report.conversations, reader.offset, source.size)
         report.truncated = reader.truncated
         report.bytes_read = reader.offset
         return report
+
+
+def _placed(text: str, record: Record) -> str:
+    """An error of ``record`` that says where the record is (``record 3 (line 4): ...``)."""
+    name = f"record {record.index}"
+    if record.error is not None:
+        return text  # it says already
+    if text.startswith(name):
+        return f"{name} ({record.where()})" + text[len(name):]
+    return f"{name} ({record.where()}): {text}"
+
+
+def _undetected(raw: bytes, index: int, report: ImportReport) -> Iterator[Conversation]:
+    """The converter of records before the first of a known format: each says why
+    it is not one."""
+    _detect(Record(index, 0, raw), lines=True)
+    raise AssertionError("a record of a known format is the first one detected")
+
+
+def _cut_short(reader: JSONArrayReader | JSONLinesReader, record: Record) -> bool:
+    """Whether ``record`` is the partial last line of a file cut short (then marked so)."""
+    if (isinstance(reader, JSONLinesReader) and not reader.last_line_complete
+            and record.error is None and not _is_json(record.raw)):
+        reader.mark_truncated(record.index, record.line, record.offset)
+        return True
+    return False
 
 
 def _is_json(data: bytes) -> bool:
@@ -264,13 +354,17 @@ class _Head(msgspec.Struct):
 _head_decoder = msgspec.json.Decoder(_Head)
 
 
-def _import_export(store: Store, reader: JSONLinesReader, report: ImportReport,
-                   limit: int | None, tenant: str | None,
+def _import_export(store: Store, reader: JSONLinesReader, records: Iterable[Record],
+                   report: ImportReport, limit: int | None, tenant: str | None,
                    progress: ProgressCallback | None, size: int | None) -> None:
     """``Store.import_`` over the lines, counting sessions (and stopping at ``limit``)."""
 
     def lines() -> Iterator[bytes]:
-        for number, offset, line in reader:
+        for record in records:
+            if record.error is not None:
+                raise InvalidMessage(f"line {record.line}: {record.error}",
+                                     f"$.line[{record.line}]")
+            number, offset, line = record.line, record.offset, record.raw
             try:
                 head = _head_decoder.decode(line)
             except msgspec.DecodeError:

@@ -9,9 +9,15 @@ paths that share prefixes with it. Message ids are derived from the source
 prefix of the path (the main session, then the branch sessions keyed by the
 first message they do not share), appends what is missing when that session
 ends where the prefix ends, and otherwise forks it at the branch point
-(``Store.fork``). Re-importing a file therefore adds nothing, a conversation
-that went on since the last export gets only its new messages, and a stored
-session is never given a message out of its order.
+(``Store.fork``) and gives the fork its metadata. Re-importing a file therefore
+adds nothing, a conversation that went on since the last export gets only its
+new messages, and a stored session is never given a message out of its order.
+
+Each step is one store call, so an import stopped anywhere (a crash, a lost
+connection) leaves a prefix of the steps done, and running it again finishes
+them: a session not yet created, messages not yet appended, and a fork whose
+metadata is still its parent's copy (the step after the fork) all get what a
+whole import gives them.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from ..stores.model import Session
 from ..stores.protocol import Store
 from ._stream import Truncation
 
-__all__ = ["NAMESPACE", "Conversation", "ImportReport", "TenantArg", "derived_id",
+__all__ = ["NAMESPACE", "Conversation", "ImportReport", "TenantArg", "check", "derived_id",
            "invalid_record", "write"]
 
 NAMESPACE = uuid.UUID("6f1c3a52-5d0e-4f0b-9a57-2c1f3e8b7d41")
@@ -50,9 +56,11 @@ def derived_id(*parts: object) -> str:
     return str(uuid.uuid5(NAMESPACE, "\x00".join(str(p) for p in parts)))
 
 
-def invalid_record(exc: msgspec.ValidationError | msgspec.DecodeError,
+def invalid_record(exc: msgspec.ValidationError | msgspec.DecodeError | RecursionError,
                    index: int) -> InvalidMessage:
     """A decoding error of record ``index``, its path re-rooted at ``$[index]``."""
+    if isinstance(exc, RecursionError):
+        return InvalidMessage(f"record {index} is nested too deeply to decode", f"$[{index}]")
     text = str(exc)
     if isinstance(exc, msgspec.ValidationError):
         reason, sep, path = text.rpartition(" - at `")
@@ -112,6 +120,26 @@ class ImportReport:
         }
 
 
+def check(conversation: Conversation, index: int) -> None:
+    """Raise ``InvalidMessage`` (naming record ``index`` and the field) if a store
+    would refuse anything of ``conversation``: checked before any of it is
+    written, so a record is stored whole or not at all."""
+    for messages in conversation.paths:
+        for position, message in enumerate(messages):
+            try:
+                message.validate()
+            except InvalidMessage as exc:
+                raise InvalidMessage(f"record {index}: {exc.reason}",
+                                     f"$[{index}].messages[{position}]" + exc.path[1:]) from None
+    for name, value in (("metadata", conversation.metadata), ("state", conversation.state),
+                        *(("metadata", extra) for extra in conversation.branch_metadata)):
+        try:
+            msgspec.json.encode(value)
+        except (TypeError, OverflowError) as exc:
+            raise InvalidMessage(f"record {index}: its {name} is not JSON: {exc}",
+                                 f"$[{index}]") from None
+
+
 def write(store: Store, conversation: Conversation, report: ImportReport,
           tenant: str | None = None) -> None:
     """Store ``conversation`` (see the module docstring); counts go to ``report``."""
@@ -149,10 +177,14 @@ class _Writer:
             # the session keyed by the first message it does not share.
             branch_id = derived_id(main_id, "branch", path[shared].id)
             branch = self._get(branch_id)
+            metadata = {**self.conversation.metadata, **branch_metadata, "branch_of": main_id}
             if branch is not None:
+                if branch.metadata != metadata and branch.metadata == session.metadata:
+                    # forked, and stopped before its metadata was given: give it now
+                    branch = self.store.update_session(branch_id, metadata=metadata,
+                                                       **self.tenant)
                 session = branch
                 continue
-            metadata = {**self.conversation.metadata, **branch_metadata, "branch_of": main_id}
             if shared == 0:  # differs from the first message on: nothing to share
                 self.store.create_session(branch_id, metadata=metadata,
                                           state=self.conversation.state, **self.tenant)

@@ -89,7 +89,7 @@ def convert(raw: bytes, index: int, report: ImportReport) -> Iterator[Conversati
     """The session and forks of one conversation."""
     try:
         conv = _decoder.decode(raw)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
         raise invalid_record(exc, index) from None
     conv_id = conv.conversation_id or conv.id or hashlib.sha256(raw).hexdigest()[:32]
     converter = _Converter(conv, conv_id, index, report)
@@ -101,13 +101,19 @@ def convert(raw: bytes, index: int, report: ImportReport) -> Iterator[Conversati
     if conv.title:
         metadata["title"] = conv.title
     if conv.create_time:
-        metadata["created_at"] = _time(conv.create_time).isoformat()
+        metadata["created_at"] = _time(conv.create_time, f"$[{index}].create_time").isoformat()
     yield Conversation(session_id=derived_id("chatgpt", conv_id), paths=paths,
                        metadata=metadata, branch_metadata=branch_metadata)
 
 
-def _time(value: float) -> datetime:
-    return datetime.fromtimestamp(value, UTC)
+def _time(value: float, path: str) -> datetime:
+    """A Unix time as a datetime; a time no datetime holds (``1e300``) is refused."""
+    try:
+        return datetime.fromtimestamp(value, UTC)
+    except (OverflowError, OSError, ValueError):
+        index = path[2:path.index("]")]
+        raise InvalidMessage(f"record {index}: {value!r} is not a time a date can hold "
+                             "(seconds since 1970, from year 1 to 9999)", path) from None
 
 
 class _Converter:
@@ -191,8 +197,10 @@ class _Converter:
         created = raw.get("create_time") or self.conv.create_time
         message = Message(id=message_id, role=role, name=name, parts=parts,
                           metadata=_message_metadata(meta))
-        if isinstance(created, int | float):
-            message.created_at = _time(created)
+        if isinstance(created, int | float) and not isinstance(created, bool):
+            where = ".create_time" if raw.get("create_time") else ""
+            message.created_at = _time(created, path + where if where else
+                                       f"$[{self.index}].create_time")
         return message, pending
 
     def _parts(self, content: Mapping[str, Any], kind: Any, meta: Mapping[str, Any], *,

@@ -34,7 +34,7 @@ def convert(raw: bytes, index: int, report: ImportReport) -> Iterator[Conversati
 
     try:
         record = msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise invalid_record(exc, index) from None
     if not isinstance(record, dict) or not isinstance(record.get("messages"), list):
         raise InvalidMessage(f"record {index}: expected an object with a messages list",

@@ -51,7 +51,7 @@ def convert(raw: bytes, index: int, report: ImportReport) -> Iterator[Conversati
     """The conversation of one record (none when it has no non-empty turn)."""
     try:
         record = _decoder.decode(raw)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
         raise invalid_record(exc, index) from None
     source_id = (str(record.id) if record.id is not None
                  else hashlib.sha256(raw).hexdigest()[:32])

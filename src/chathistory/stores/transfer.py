@@ -4,6 +4,8 @@
 inline); ``import_`` loads that (continuing sessions that exist, skipping messages
 stored already, so it can be retried), and ``check_import`` checks it first,
 storing nothing, so that a bad line names itself before anything is written.
+A retry also finishes a fork that an import stopped between making it and
+giving it its metadata and state.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import msgspec
 from ..errors import InvalidMessage
 from ..model import Message
 from . import checks
-from .lifecycle import Lifecycle
+from .lifecycle import Lifecycle, branch_state
 from .model import DEFAULT_TENANT, Session
 
 __all__ = ["Transfer"]
@@ -88,8 +90,12 @@ class Transfer(Lifecycle):
                 current = (t, session.id)
                 path = f"$.line[{number}].session"
                 self._check_new_session(session, t, path)  # before a lookup by its id
-                if not self._is_live(self._b_get_session(t, session.id)):
+                stored = self._b_get_session(t, session.id)
+                if not self._is_live(stored):
                     self._import_session(session, t, path)
+                else:
+                    assert stored is not None
+                    self._finish_fork(stored, session, t)
             else:
                 if current is None or record.get("session_id") != current[1]:
                     raise InvalidMessage(f"line {number}: a message before its session",
@@ -163,6 +169,22 @@ class Transfer(Lifecycle):
             raise exc.under(path) from None
         if check_id is not None:
             check_id(session.id, path + ".id")
+
+    def _finish_fork(self, stored: Session, session: Session, tenant: str) -> None:
+        """Give a fork made by an import that stopped before its next step (see
+        ``_import_session``) the metadata and state of its line, as the whole import
+        would have; a fork whose metadata or state differ from its parent's copy
+        has been given them (or changed since) and is left alone."""
+        if stored.parent_id is None or stored.parent_id != session.parent_id:
+            return
+        if (stored.metadata, stored.state) == (session.metadata, session.state):
+            return
+        parent = self._b_get_session(tenant, stored.parent_id)
+        if parent is None or (stored.metadata, stored.state) != (
+                parent.metadata, branch_state(parent.state)):
+            return
+        self.update_session(stored.id, tenant=tenant, metadata=session.metadata,
+                            state=session.state)
 
     def _import_session(self, session: Session, tenant: str, path: str) -> None:
         self._check_new_session(session, tenant, path)
