@@ -173,6 +173,19 @@ class Backend(abc.ABC):
         the stored version is still ``expected_version`` (else False, nothing changes).
         ``seq == 0`` (a clear) also drops the status overrides and asset references."""
 
+    @abc.abstractmethod
+    def _b_rewrite_from(self, tenant: str, session_id: str, seq: int, rows: Sequence[Row],
+                        calls: dict[str, int], session: Session, expected_version: int
+                        ) -> bool:
+        """Replace the own rows with ``seq >= seq`` by ``rows`` (ascending from ``seq``;
+        fewer than before: a message deleted from the middle, the later ones moved down
+        a position) and their calls by ``calls`` (id -> seq), and save ``session``, all
+        at once and only if the stored version is still ``expected_version`` (else
+        False, nothing changes). Each row is stored as given (its status and append
+        version kept); whatever the backend keeps by position goes with it (the id and
+        kept-role indexes, the running totals, the search index). Status overrides and
+        asset references stay."""
+
     # ---------------------------------------------------------------- assets, retention
 
     @abc.abstractmethod

@@ -208,6 +208,24 @@ class MemoryStore(BaseStore):
             self._sessions[key] = session
             return True
 
+    def _b_rewrite_from(self, tenant: str, session_id: str, seq: int, rows: Sequence[Row],
+                        calls: dict[str, int], session: Session, expected_version: int
+                        ) -> bool:
+        with self._lock:
+            key = (tenant, session_id)
+            current = self._sessions.get(key)
+            if current is None or current.version != expected_version:
+                return False
+            own = self._rows.setdefault(key, [])
+            keep = max(0, seq - own[0].seq) if own else 0
+            own[keep:] = rows
+            self._ids[key] = {r.id: i for i, r in enumerate(own)}
+            self._kept[key] = [i for i, r in enumerate(own) if r.role in KEPT_ROLES]
+            kept_calls = {c: s for c, s in self._calls.get(key, {}).items() if s < seq}
+            self._calls[key] = {**kept_calls, **calls}
+            self._sessions[key] = session
+            return True
+
     # assets and retention
     def _b_get_asset(self, tenant: str, sha256: str) -> bytes | None:
         found = self._assets.get(tenant, {}).get(sha256)

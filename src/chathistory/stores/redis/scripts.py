@@ -1,5 +1,5 @@
 """Redis Lua scripts: each write that must be atomic in a session's slot (append,
-truncate, insert, save, status marks) or a tenant's (asset GC, expiry fixes), and
+truncate, rewrite, insert, save, status marks) or a tenant's (asset GC, expiry fixes), and
 the window read in one round trip. Each says its KEYS and ARGV.
 
 Every script that writes the session's JSON (field ``j`` of the session hash) writes
@@ -118,6 +118,40 @@ end
 if seq == 0 then
   redis.call('DEL', KEYS[7], KEYS[8])
   redis.call('HSET', KEYS[1], 'r', ARGV[5])
+end
+redis.call('HSET', KEYS[1], 'v', ARGV[3], 'j', ARGV[4])
+redis.call('HSET', KEYS[2], 'j', ARGV[4])
+return 1
+"""
+
+# KEYS: session rows ids cum kept calls.  ARGV: expected_v seq new_v json nrows ncalls,
+# then (seq id cum kept payload)*, (call_id seq)*: the rows from seq on replaced by those
+# given (a message deleted from the middle, the later ones moved down), 0 when the
+# session is not at expected_v
+REWRITE = """
+if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
+local seq = tonumber(ARGV[2])
+local gone = redis.call('ZRANGEBYSCORE', KEYS[3], seq, '+inf', 'WITHSCORES')
+for k = 2, #gone, 2 do
+  local s = tonumber(gone[k])
+  redis.call('HDEL', KEYS[2], string.format('%d', s))
+  redis.call('ZREM', KEYS[4], string.format('%012d', s))
+end
+for _, key in ipairs({KEYS[3], KEYS[5], KEYS[6]}) do
+  redis.call('ZREMRANGEBYSCORE', key, seq, '+inf')
+end
+local p = 7
+for k = 1, tonumber(ARGV[5]) do
+  local at = ARGV[p]
+  redis.call('HSET', KEYS[2], at, ARGV[p + 4])
+  redis.call('ZADD', KEYS[3], at, ARGV[p + 1])
+  redis.call('ZADD', KEYS[4], ARGV[p + 2], string.format('%012d', tonumber(at)))
+  if ARGV[p + 3] == '1' then redis.call('ZADD', KEYS[5], at, at) end
+  p = p + 5
+end
+for k = 1, tonumber(ARGV[6]) do
+  redis.call('ZADD', KEYS[6], ARGV[p + 1], ARGV[p])
+  p = p + 2
 end
 redis.call('HSET', KEYS[1], 'v', ARGV[3], 'j', ARGV[4])
 redis.call('HSET', KEYS[2], 'j', ARGV[4])

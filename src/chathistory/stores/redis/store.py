@@ -189,6 +189,7 @@ class RedisStore(RedisSearch, BaseStore):
         self._append_combined = ScriptCombiner(self._r, self._append_script,
                                                redis.exceptions.NoScriptError, self._direct)
         self._truncate_script = self._r.register_script(scripts.TRUNCATE)
+        self._rewrite_script = self._r.register_script(scripts.REWRITE)
         self._insert_script = self._r.register_script(scripts.INSERT)
         self._save_script = self._r.register_script(scripts.SAVE)
         self._probe_script = self._r.register_script(scripts.PROBE)
@@ -620,6 +621,24 @@ class RedisStore(RedisSearch, BaseStore):
             return False
         return self._saving(old, session,
                             lambda: bool(self._truncate_script(keys=keys, args=args)))
+
+    def _b_rewrite_from(self, tenant: str, session_id: str, seq: int, rows: Sequence[Row],
+                        calls: dict[str, int], session: Session, expected_version: int
+                        ) -> bool:
+        self._written.pop((tenant, session_id), None)
+        k = self._keys(tenant, session_id)
+        args: list[Any] = [expected_version, seq, session.version, msgspec.json.encode(session),
+                           len(rows), len(calls)]
+        for row in rows:
+            args += [row.seq, row.id, row.cum_before, int(row.role in KEPT_ROLES), pack_row(row)]
+        for call_id, at in calls.items():
+            args += [call_id, at]
+        old = self._b_get_session(tenant, session_id)
+        if old is None:
+            return False
+        keys = [k.session, k.rows, k.ids, k.cum, k.kept, k.calls]
+        return self._saving(old, session,
+                            lambda: bool(self._rewrite_script(keys=keys, args=args)))
 
     # ================================================================ assets and retention
 
