@@ -1,9 +1,10 @@
 """The lifecycle of sessions and their messages: changes, branches, retention.
 
 ``Lifecycle`` adds to the engine what changes or ends stored history: ``pop``,
-``delete_message``, ``clear``, ``mark``; ``fork``, ``edit``, ``lineage``; ``delete_session``, ``erase``,
-``purge_expired``; and the reuse of an expired session's id. A fork shares its
-parent's rows, so a change that would alter what a live fork sees is refused.
+``delete_message``, ``clear``, ``mark``; ``fork``, ``edit``, ``lineage``;
+``delete_session``, ``erase``, ``purge_expired``; and the reuse of an expired session's
+id. A fork shares its parent's rows, so a change that would alter what a live fork sees
+is refused.
 A branch (a fork, an edit) starts without the parent's bookkeeping about its
 messages (``branch_state``).
 """
