@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
@@ -232,6 +233,14 @@ class Backend(abc.ABC):
         own row with role ``user`` and the smallest seq in ``[lo, hi)``, or None. None:
         not implemented, the engine reads rows a batch at a time."""
         return None
+
+    def _b_held(self, tenant: str, session_id: str) -> AbstractContextManager[None]:
+        """Optional: hold off appends to the session while the engine plans a change from
+        what it reads and writes it (``delete_message``), so a session appended to
+        without pause still gets the change. Default: nothing held; the write's version
+        check catches a race and the engine plans again. Another write by the same
+        thread inside it is not held off."""
+        return nullcontext()
 
     def _b_clock(self) -> datetime | None:
         """Optional: the store's own clock (one round trip), which then judges every TTL

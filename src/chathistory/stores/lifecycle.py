@@ -151,33 +151,35 @@ class Lifecycle(Engine):
         results were deleted ends its group. One write of the backend
         (``_b_rewrite_from``) at the version read, so a read sees the session before
         or after, and an append made meanwhile is never reordered: it makes the write
-        miss, and the deletion starts again from the new state. The cost grows with
-        the messages after the deleted one (each is written again).
+        miss, and the deletion starts again from the new state (a backend that can
+        holds appends off while the deletion reads and writes: ``_b_held``). The cost
+        grows with the messages after the deleted one (each is written again).
 
         ``NotFound`` when the message is not in the session; ``Conflict`` when it is
         inherited (a fork's prefix: delete it in the session that stores it), when a
         live fork shares its position, or when ``expected_version`` is not the
         session's version."""
         for _ in range(100):
-            session = self.get_session(session_id, tenant=tenant)
-            if expected_version is not None and session.version != expected_version:
-                raise Conflict(f"session {session_id!r} is at version {session.version}, "
-                               f"not {expected_version}")
-            row = self._find_row(session, message_id)
-            if row is None:
-                raise NotFound(f"no message {message_id!r} in session {session_id!r}")
-            own_from = session.fork_seq if session.parent_id is not None else 0
-            if row.seq < own_from:
-                raise Conflict(f"message {message_id!r} of session {session_id!r} is "
-                               f"inherited from {session.parent_id!r}; delete it there")
-            self._refuse_if_shared(session, row.seq)
-            planned = self._without(session, row.seq, message_id)
-            if planned is None:
-                continue  # changed since the session was read: read it again
-            start, rows, calls, updated = planned
-            if self._b_rewrite_from(tenant, session_id, start, rows, calls, updated,
-                                    session.version):
-                return updated
+            with self._b_held(tenant, session_id):  # the plan is made on what it writes over
+                session = self.get_session(session_id, tenant=tenant)
+                if expected_version is not None and session.version != expected_version:
+                    raise Conflict(f"session {session_id!r} is at version "
+                                   f"{session.version}, not {expected_version}")
+                row = self._find_row(session, message_id)
+                if row is None:
+                    raise NotFound(f"no message {message_id!r} in session {session_id!r}")
+                own_from = session.fork_seq if session.parent_id is not None else 0
+                if row.seq < own_from:
+                    raise Conflict(f"message {message_id!r} of session {session_id!r} is "
+                                   f"inherited from {session.parent_id!r}; delete it there")
+                self._refuse_if_shared(session, row.seq)
+                planned = self._without(session, row.seq, message_id)
+                if planned is None:
+                    continue  # changed since the session was read: read it again
+                start, rows, calls, updated = planned
+                if self._b_rewrite_from(tenant, session_id, start, rows, calls, updated,
+                                        session.version):
+                    return updated
             if expected_version is not None:
                 raise Conflict(f"session {session_id!r} changed while message "
                                f"{message_id!r} was being deleted")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TypeVar
 
@@ -207,6 +208,11 @@ class MemoryStore(BaseStore):
                 self._refs.pop(key, None)
             self._sessions[key] = session
             return True
+
+    @contextmanager
+    def _b_held(self, tenant: str, session_id: str) -> Iterator[None]:
+        with self._lock:
+            yield
 
     def _b_rewrite_from(self, tenant: str, session_id: str, seq: int, rows: Sequence[Row],
                         calls: dict[str, int], session: Session, expected_version: int

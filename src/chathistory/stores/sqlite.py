@@ -602,6 +602,11 @@ class SQLiteStore(IndexedSearch, BaseStore):
                 conn.execute("DELETE FROM asset_refs WHERE tenant = ? AND session_id = ?", key)
             return True
 
+    @contextmanager
+    def _b_held(self, tenant: str, session_id: str) -> Iterator[None]:
+        with self.atomic():  # the file's write lock: other writers wait
+            yield
+
     def _b_rewrite_from(self, tenant: str, session_id: str, seq: int, rows: Sequence[Row],
                         calls: dict[str, int], session: Session, expected_version: int
                         ) -> bool:

@@ -8,13 +8,23 @@ a session and its newest rows at one moment without a script (``RedisStore._tail
 a session last written by an older release has no copy until its next write, and its
 tail reads go through TAIL_PROBE). Position fields are decimal numbers: never ``j``."""
 
+# Milliseconds of the server's clock (Lua: a write after TIME is allowed, effects are
+# replicated), for the hold of a session (field h of the session hash: HOLD).
+_NOW_MS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
 # KEYS: session rows ids cum kept calls refs.  ARGV: v i r json new_v clear_lo clear_hi
 # nrows ncalls nrefs, then (seq id cum kept payload)*, (call_id seq)*, sha*.
-# 0: the session is not at v i r; -1: a row's id is stored already (an append planned on
-# the session as this process last wrote it takes the batch's ids to be new); 1: written.
+# 0: the session is not at v i r, or held (HOLD); -1: a row's id is stored already (an
+# append planned on the session as this process last wrote it takes the batch's ids to
+# be new); 1: written.
 APPEND = """
-local s = redis.call('HMGET', KEYS[1], 'v', 'i', 'r')
+local s = redis.call('HMGET', KEYS[1], 'v', 'i', 'r', 'h')
 if s[1] ~= ARGV[1] or s[2] ~= ARGV[2] or s[3] ~= ARGV[3] then return 0 end
+if s[4] then""" + _NOW_MS + """  if now < tonumber(s[4]) then return 0 end
+end
 for p = 12, 12 + 5 * (tonumber(ARGV[8]) - 1), 5 do
   if redis.call('ZSCORE', KEYS[3], ARGV[p]) then return -1 end
 end
@@ -155,6 +165,23 @@ for k = 1, tonumber(ARGV[6]) do
 end
 redis.call('HSET', KEYS[1], 'v', ARGV[3], 'j', ARGV[4])
 redis.call('HSET', KEYS[2], 'j', ARGV[4])
+return 1
+"""
+
+# KEYS: session.  ARGV: ms.  Hold the session's appends off for at most ms (a deletion
+# plans on what it reads, then REWRITE writes): the hold's end (its token to RELEASE),
+# 0 while another hold lasts, -1 for no session.
+HOLD = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end""" + _NOW_MS + """
+local h = redis.call('HGET', KEYS[1], 'h')
+if h and now < tonumber(h) then return 0 end
+redis.call('HSET', KEYS[1], 'h', now + tonumber(ARGV[1]))
+return now + tonumber(ARGV[1])
+"""
+
+# KEYS: session.  ARGV: token.  The hold HOLD answered ends (unless another took over).
+RELEASE = """
+if redis.call('HGET', KEYS[1], 'h') == ARGV[1] then redis.call('HDEL', KEYS[1], 'h') end
 return 1
 """
 
