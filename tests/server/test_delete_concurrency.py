@@ -20,9 +20,10 @@ import pytest
 from serverkit import EVERY_BACKEND, Served, messages, serving
 
 P = "/openai/v1"
-SEEDED = 60
-DELETED = 12
+SEEDED = 30
+DELETED = 10
 APPENDERS = 2
+PER_ROUND = 3
 READERS = 2
 
 
@@ -43,6 +44,21 @@ class Log:
     failures: list[str] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    round: int = 0
+    """The deletion under way (from 1): each appender appends ``PER_ROUND`` messages a
+    round, so a conversation stays within what the earlier releases could delete."""
+    next_round: threading.Condition = field(default_factory=threading.Condition)
+
+    def start_round(self) -> None:
+        with self.next_round:
+            self.round += 1
+            self.next_round.notify_all()
+
+    def wait_round(self, after: int) -> int:
+        """The round after ``after``, once it starts (``after`` once the run is done)."""
+        with self.next_round:
+            self.next_round.wait_for(lambda: self.round > after or self.done.is_set())
+            return self.round if self.round > after else after
 
 
 def _client(served: Served) -> httpx.Client:
@@ -65,7 +81,10 @@ def _logged(log: Log, work: Callable[[httpx.Client], None], served: Served) -> N
 def _appender(served: Served, cid: str, log: Log, serial: int) -> None:
     def work(client: httpx.Client) -> None:
         k = 0
+        round_ = log.wait_round(0)
         while not log.done.is_set():
+            if k and k % PER_ROUND == 0:
+                round_ = log.wait_round(round_)
             message = messages(f"appended {serial}-{k}")[0]
             k += 1
             sent = time.monotonic()
@@ -95,11 +114,13 @@ def _reader(served: Served, cid: str, log: Log) -> None:
 
 
 def _deleter(served: Served, cid: str, targets: list[str], log: Log) -> None:
-    """Each deletion once appends and reads have gone on since the one before (so each
-    runs among them, however fast the store)."""
+    """Each deletion sent as a round of appends starts, the next one once the round's
+    appends and more reads are done (so each runs among them, however fast the store)."""
     def work(client: httpx.Client) -> None:
         for item_id in targets:
-            _wait_for_more(log)
+            with log.lock:
+                appended, read = len(log.appended), len(log.reads)
+            log.start_round()
             for _ in range(50):  # a 409 (the conversation kept changing) is retried
                 answer = client.delete(f"{P}/conversations/{cid}/items/{item_id}")
                 if answer.status_code != 409:
@@ -109,21 +130,20 @@ def _deleter(served: Served, cid: str, targets: list[str], log: Log) -> None:
                     log.deleted.append(item_id)
                 else:
                     log.failures.append(f"delete: {answer.status_code} {answer.text}")
-        _wait_for_more(log)
+            _wait_for_more(log, appended + APPENDERS * PER_ROUND, read + READERS)
 
     try:
         _logged(log, work, served)
     finally:
         log.done.set()
+        log.start_round()
 
 
-def _wait_for_more(log: Log) -> None:
-    """Until each appender and reader has made another request (or the run failed)."""
-    with log.lock:
-        appended, read = len(log.appended), len(log.reads)
+def _wait_for_more(log: Log, appended: int, read: int) -> None:
+    """Until that many appends and reads are logged (or a request failed)."""
     while not log.done.is_set():
         with log.lock:
-            if (len(log.appended) >= appended + APPENDERS and len(log.reads) >= read + READERS):
+            if log.failures or (len(log.appended) >= appended and len(log.reads) >= read):
                 return
         time.sleep(0.001)
 
@@ -139,7 +159,7 @@ def test_deletes_beside_v1_appends_and_tail_reads(served: Served) -> None:
             assert answer.status_code == 200, answer.text
     seeded_ids = [m["id"] for m in seeded]
     # items deep in the conversation (never among the newest five), in a random order
-    targets = random.Random(43).sample(seeded_ids[:SEEDED - 10], DELETED)
+    targets = random.Random(43).sample(seeded_ids[:SEEDED - 8], DELETED)
     log = Log()
     threads = [threading.Thread(target=_deleter, args=(served, cid, targets, log))]
     threads += [threading.Thread(target=_appender, args=(served, cid, log, k))
