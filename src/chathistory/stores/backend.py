@@ -238,8 +238,8 @@ class Backend(abc.ABC):
         """Optional: hold off appends to the session while the engine plans a change from
         what it reads and writes it (``delete_message``), so a session appended to
         without pause still gets the change. Default: nothing held; the write's version
-        check catches a race and the engine plans again. Another write by the same
-        thread inside it is not held off."""
+        check catches a race and the engine plans again. Inside it the engine reads and
+        makes the one write the hold is for (an append there would wait for the hold)."""
         return nullcontext()
 
     def _b_clock(self) -> datetime | None:
