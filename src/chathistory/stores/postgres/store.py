@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -506,6 +507,15 @@ class PostgresStore(IndexedSearch, BaseStore):
                 cursor.execute(q.truncate_calls, (*key, seq))
                 cursor.execute(q.save_session, (version, expires_at, updated, payload, *key))
             return True
+
+    @contextmanager
+    def _b_held(self, tenant: str, session_id: str) -> Iterator[None]:
+        # the session's row lock, in a transaction whose connection serves this thread's
+        # statements meanwhile (appends queue on the lock; other sessions are not held)
+        with self._connections.connection() as conn, conn.transaction():
+            conn.execute(self._q.lock_session, (tenant, session_id))
+            with self._connections.routed(conn):
+                yield
 
     def _b_rewrite_from(self, tenant: str, session_id: str, seq: int, rows: Sequence[Row],
                         calls: dict[str, int], session: Session, expected_version: int
