@@ -239,7 +239,8 @@ class Backend(abc.ABC):
         what it reads and writes it (``delete_message``), so a session appended to
         without pause still gets the change. Default: nothing held; the write's version
         check catches a race and the engine plans again. Inside it the engine reads and
-        makes the one write the hold is for (an append there would wait for the hold)."""
+        makes the one write the hold is for (an append there, or a second hold of the
+        session, would wait for the hold)."""
         return nullcontext()
 
     def _b_clock(self) -> datetime | None:
