@@ -174,7 +174,6 @@ def test_deletes_beside_v1_appends_and_tail_reads(served: Served) -> None:
     assert log.failures == []
     assert sorted(log.deleted) == sorted(targets)
     assert log.appended and log.reads
-    print(f"{served.kind}: {len(log.appended)} appends, {len(log.reads)} reads")
 
     with _client(served) as a:
         answer = a.get(f"/v1/sessions/{cid}/messages", params={"start": 0})
