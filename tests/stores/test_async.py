@@ -108,6 +108,8 @@ async def script(api: Any, sid: str, msgs: list[Message]) -> list[object]:
             await api.range(sid, include_marked=False), await api.tail(sid, 9),
             plain(await api.update_session(sid, metadata={"k": 2})),
             plain(await api.get_session(sid)), await api.pop(sid),
+            plain(await api.delete_message(sid, msgs[2].id)), await api.range(sid),
+            await outcome(api.delete_message(sid, "no-such-message")),
             plain(await api.fork(sid, msgs[4].id, new_session_id=f"{sid}-fork")),
             [plain(s) for s in await api.lineage(f"{sid}-fork")],
             await api.range(f"{sid}-fork"),

@@ -16,8 +16,8 @@ from chathistory.stores.engine import Engine
 from chathistory.stores.model import Row, Session
 
 REQUIRED = sorted(Backend.__abstractmethods__)
-OPTIONAL = ["_b_clock", "_b_count_sessions", "_b_first_user_rows", "_b_tail_probe",
-            "_b_window_probe"]
+OPTIONAL = ["_b_clock", "_b_count_sessions", "_b_first_user_rows", "_b_held",
+            "_b_tail_probe", "_b_window_probe"]
 
 
 def _backend_classes() -> list[type[BaseStore]]:
@@ -38,9 +38,9 @@ def test_the_contract_lists_every_primitive() -> None:
     assert REQUIRED == [
         "_b_append", "_b_children", "_b_delete_session", "_b_expired", "_b_find_calls",
         "_b_gc_assets", "_b_get_asset", "_b_get_session", "_b_insert_session",
-        "_b_kept_rows", "_b_list_sessions", "_b_overrides", "_b_row_by_id",
-        "_b_rows", "_b_save_session", "_b_seq_at_cum", "_b_set_status", "_b_tree",
-        "_b_truncate"]
+        "_b_kept_rows", "_b_list_sessions", "_b_overrides", "_b_rewrite_from",
+        "_b_row_by_id", "_b_rows", "_b_save_session", "_b_seq_at_cum", "_b_set_status",
+        "_b_tree", "_b_truncate"]
     declared = sorted(n for n in vars(Backend) if n.startswith("_b_"))
     assert declared == sorted(REQUIRED + OPTIONAL)
     for name in declared:  # each says what it must do

@@ -747,3 +747,27 @@ def test_the_rows_hash_copy_of_the_session_is_never_read_as_a_row(
         assert [m.text for m in fresh.tail("q", 2)] == ["there", "again"]
     finally:
         fresh.close()
+
+
+def test_a_held_session_takes_appends_after_the_hold(redis_store: RedisStore) -> None:
+    """While a deletion holds a session (``_b_held``: field ``h``), the append script
+    refuses to write and the append tries again; it lands once the hold ends. A hold
+    whose time ran out (a crashed deletion) holds nothing."""
+    import threading
+
+    msgs = [Message.user(f"m{i}") for i in range(4)]
+    s = redis_store.create_session()
+    redis_store.append(s.id, msgs)
+    late = Message.user("late")
+    appender = threading.Thread(target=redis_store.append, args=(s.id, [late]))
+    with redis_store._b_held("default", s.id):
+        appender.start()
+        appender.join(0.3)
+        assert appender.is_alive()  # refused while held (unheld, it takes milliseconds)
+        assert redis_store.count(s.id) == 4
+    appender.join(30)
+    assert [m.id for m in redis_store.range(s.id)] == [*(m.id for m in msgs), late.id]
+    key = redis_store._keys("default", s.id).session
+    redis_store._r.hset(key, "h", 1)  # a hold that ended long ago
+    redis_store.append(s.id, [Message.user("after an old hold")])
+    assert redis_store.count(s.id) == 6

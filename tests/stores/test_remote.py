@@ -23,7 +23,7 @@ pytest.importorskip("uvicorn")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "server"))
 from serverkit import LiveServer
 
-from chathistory import Attachment, InvalidMessage, Message
+from chathistory import Attachment, Conflict, InvalidMessage, Message, NotFound
 from chathistory.server import auth
 from chathistory.server.app import create_app
 from chathistory.stores import BaseStore, MemoryStore, open_store
@@ -211,3 +211,25 @@ def test_store_outages_are_retried_after_retry_after_then_raised() -> None:
     with pytest.raises(StorageFull):
         remote.create_session("t")
     assert calls == ["POST"]
+
+
+def test_delete_message_over_http(store: RemoteStore) -> None:
+    """``delete_message`` through ``DELETE /v1/sessions/{id}/messages/{message_id}``:
+    the session answered, the rest in order, a stale version and a shared message
+    refused with nothing changed."""
+    msgs = conformance.chat(6)
+    s = store.create_session()
+    version = store.append(s.id, msgs)
+    with pytest.raises(Conflict):
+        store.delete_message(s.id, msgs[2].id, expected_version=version - 1)
+    session = store.delete_message(s.id, msgs[2].id, expected_version=version)
+    assert (session.version, session.message_count) == (version + 1, 5)
+    kept = [m.id for m in msgs if m.id != msgs[2].id]
+    assert [m.id for m in store.range(s.id)] == kept
+    assert [m.id for m in store.tail(s.id, 2)] == kept[-2:]
+    store.fork(s.id, msgs[3].id)
+    with pytest.raises(Conflict):
+        store.delete_message(s.id, msgs[0].id)
+    with pytest.raises(NotFound):
+        store.delete_message(s.id, "no-such-message")
+    assert [m.id for m in store.range(s.id)] == kept

@@ -29,10 +29,8 @@ parses, routes and sends.
 
 from __future__ import annotations
 
-import math
 import re
 import secrets
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..assets import FileAssetStore
-from ..errors import Conflict, IdReused, InvalidMessage, NotFound
+from ..errors import InvalidMessage, NotFound
 from ..model import Attachment, Message
 from ..stores.base import Store
 from ..stores.engine import Engine
@@ -66,28 +64,11 @@ from .wire import JSON_TYPE, json_response, query_str
 __all__ = ["endpoints"]
 
 TAG = "OpenAI Conversations"
-MAX_REWRITE = 100
-"""Deleting an item takes at most this many later messages off and back."""
 JOURNAL = BOOKKEEPING_KEY + ".conversations"
-"""``Session.state`` key of a deletion under way: the messages to put back."""
-STALE_SECONDS = 10.0
-"""A deletion's journal older than this is a crashed deletion's: it is finished."""
-_RETRY_SOON = {"Retry-After": "1", "retry-after-ms": "100"}
-"""On a 409 for a conversation that kept changing (the OpenAI SDK reads retry-after-ms)."""
-REWRITE_HINT_MS = (100, 2000)
-"""The least and the most ``retry-after-ms`` of a 409 while a deletion rewrites a
-conversation (``_retry_rewrite``)."""
-
-
-def _retry_rewrite(ran: float) -> dict[str, str]:
-    """The retry hint of a 409 while a deletion that has run ``ran`` seconds rewrites
-    the conversation: as long again, within ``REWRITE_HINT_MS``. A rewrite that is
-    slow (a busy database) stays slow, and the SDK retries twice by default: at a fixed
-    100 ms its retries gave up after half a second of a rewrite (a CI run), where these
-    span several seconds."""
-    low, high = REWRITE_HINT_MS
-    ms = min(high, max(low, round(ran * 1000)))
-    return {"Retry-After": str(math.ceil(ms / 1000)), "retry-after-ms": str(ms)}
+"""``Session.state`` key of an item deletion by an earlier release, which took the later
+messages off and put them back (the messages to put back): one a crash interrupted is
+finished by the conversation's next request (``_restored``), so databases it left heal.
+Deletions write none now (the store deletes a message at once: ``delete_message``)."""
 
 
 _PREFIX = re.compile(r"(/[A-Za-z0-9._~-]+)+")
@@ -202,20 +183,12 @@ def _conversation(session: Session) -> OpenAIConversation:
 
 
 def _session(store: Store, session_id: str, tenant: str) -> Session:
-    """The session; a 409 (which the SDK retries) while a deletion rewrites it, and a
-    deletion a crash interrupted finished first (``_delete_item``)."""
+    """The session, with a deletion an older release left unfinished finished first
+    (``JOURNAL``)."""
     try:
         session = store.get_session(session_id, tenant=tenant)
     except NotFound:
         raise _no_conversation(session_id) from None
-    journal = session.state.get(JOURNAL)
-    if not isinstance(journal, dict):
-        return session
-    started = journal.get("at")
-    ran = time.time() - started if isinstance(started, int | float) else -1.0
-    if 0 <= ran < STALE_SECONDS:
-        raise HTTPError(409, "conflict", f"conversation {session_id!r} is being rewritten by "
-                        "the deletion of an item; try again", _retry_rewrite(ran))
     return _restored(store, session)
 
 
@@ -358,22 +331,10 @@ def _create(store: Store, tenant: str, messages: list[Message],
 
 
 def _append(store: Store, session_id: str, tenant: str, messages: list[Message]) -> None:
-    """Append at the version read, so that nothing lands in a deletion's rewrite
-    (``_session`` refuses while one runs); another write first: read again."""
-    for _ in range(10):
-        session = _session(store, session_id, tenant)
-        try:
-            store.append(session_id, messages, tenant=tenant,
-                         expected_version=session.version)
-            return
-        except NotFound:
-            raise _no_conversation(session_id) from None
-        except IdReused:  # an id stored meanwhile with other content: no version conflict
-            raise
-        except Conflict:
-            continue
-    raise HTTPError(409, "conflict", f"conversation {session_id!r} kept changing; try again",
-                    _RETRY_SOON)
+    try:
+        store.append(session_id, messages, tenant=tenant)
+    except NotFound:
+        raise _no_conversation(session_id) from None
 
 
 def _added(open_reader: Callable[[], _Reader], messages: list[Message]
@@ -435,52 +396,29 @@ def _read_back(reader: _Reader, ids: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def _delete_item(reader: _Reader, item_id: str) -> Session:
-    """Remove item ``item_id`` (a message's only item).
-
-    The newest is popped at the version read (a write in between: 409). An earlier one
-    takes the messages after it off and puts them back (at most ``MAX_REWRITE``): the
-    store keeps no gaps and has no atomic removal from the middle. Every step names the
-    version it expects, and the messages taken off are first written to the session's
-    state (``JOURNAL``, in the step that bumps the version), so a crash or a refused
-    step leaves nothing lost: ``_restored`` puts them back (appends are idempotent by
-    id), here or on the conversation's next request."""
+    """Remove item ``item_id`` (a message's only item) from wherever it is: the store
+    deletes its message at once (``delete_message``), so a write or a read of the
+    conversation meanwhile, through this API or ``/v1``, sees it before or after,
+    never half-way, and nothing written meanwhile is reordered."""
     store, session = reader.store, reader.session
     sid, tenant = session.id, session.tenant
     found = reader.locate(item_id)
     if found is None:
         raise _no_item(item_id, sid)
-    pos, message, k = found
+    _, message, k = found
     if k is not None:
         raise InvalidMessage(f"item {item_id!r} is one of the items of message "
                              f"{message.id!r}, written through /v1; remove the message "
                              "there", "item_id")
-    later = reader.read(pos + 1, reader.count)
-    if len(later) > MAX_REWRITE:
-        raise InvalidMessage(f"item {item_id!r} has {len(later)} items after it; an item "
-                             f"can be deleted among the newest {MAX_REWRITE + 1} only",
-                             "item_id")
-    if not later:
-        store.pop(sid, tenant=tenant, expected_version=session.version)
-        return store.get_session(sid, tenant=tenant)
-    state = dict(session.state)
-    journal = {"deleting": message.id, "at": time.time(),
-               "restore": msgspec.json.encode(later).decode()}
-    version = store.update_session(sid, tenant=tenant, state={**state, JOURNAL: journal},
-                                   expected_version=session.version).version
     try:
-        for _ in range(len(later) + 1):
-            store.pop(sid, tenant=tenant, expected_version=version)
-            version += 1
-        store.append(sid, later, tenant=tenant, state=state, expected_version=version)
-    except Conflict:  # a write in between (or a fork sharing these messages)
-        _restored(store, store.get_session(sid, tenant=tenant))
-        raise
-    return store.get_session(sid, tenant=tenant)
+        return store.delete_message(sid, message.id, tenant=tenant)
+    except NotFound:  # deleted meanwhile (or the conversation)
+        raise _no_item(item_id, sid) from None
 
 
 def _restored(store: Store, session: Session) -> Session:
-    """``session`` with the messages an interrupted deletion took off put back (those
-    still there are skipped: appends are idempotent by id) and its journal gone."""
+    """``session`` with the messages a deletion of an older release took off put back
+    (those still there are skipped: appends are idempotent by id) and its journal gone."""
     journal = session.state.get(JOURNAL)
     if not isinstance(journal, dict):
         return session
@@ -666,6 +604,7 @@ def endpoints(prefix: str) -> list[Endpoint]:
         Endpoint("GET", item, get_item, "Retrieve an item", responses={200: JSON_TYPE},
                  query=(_INCLUDE,), **common),
         Endpoint("DELETE", item, delete_item,
-                 "Delete an item (among the newest 101); answers the conversation",
+                 "Delete an item (from anywhere in the conversation, at once); answers the "
+                 "conversation",
                  responses={200: OpenAIConversation}, **common),
     ]

@@ -258,6 +258,15 @@ EXAMPLES: list[Example] = [
             response={"kept": ["m8"], "removed": ["m1", "m2", "m3", "m4", "m5", "m6", "m7"]}),
     Example("POST", SESSION + "/pop", "Take the newest message back", params=_DEMO,
             response={"message": _message("m8", "assistant", _text("Tomato red."), tokens=8)}),
+    Example("DELETE", MESSAGES + "/{message_id}", "Delete a message from the middle",
+            params={**_DEMO, "message_id": "m3"},
+            response=_session("demo", version=6, message_count=6, token_count=315,
+                              metadata={"title": "Trip to Paris", "starred": True})),
+    Example("DELETE", MESSAGES + "/{message_id}", "A message a fork shares",
+            params={**_DEMO, "message_id": "m1"}, status=409,
+            response=_error("conflict", "fork 'demo-rome' shares message 0 of session "
+                            "'demo'; change the fork instead"),
+            varies=("$.error.message",)),  # (either fork: both share it)
     # ------------------------------------------------------------ assets
     Example("POST", "/v1/assets", "A text file", params={"name": "notes.txt"},
             body=_NOTES, media_type="text/plain", status=201,

@@ -1,6 +1,6 @@
 """Routes on a session's messages: append, read (tail, token window, range, since the
-last compaction, in a provider's format), context, one message, pop, clear, mark,
-reduce, window."""
+last compaction, in a provider's format), context, one message (read, delete), pop,
+clear, mark, reduce, window."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ..formats import from_anthropic, from_gemini, from_openai_chat, from_openai
 from ..model import Attachment, KVStatus, MediaPart, Message, Part, ToolCall, ToolResult
 from ..model.message import check_described
 from ..stores.engine import Engine
+from ..stores.model import Session
 from ..window import WindowPlan
 from .app import Context, Endpoint, Param, call_store, run
 from .errors import BadRequest, HTTPError
@@ -51,6 +52,7 @@ from .wire import (
     query_int,
     query_str,
     rerooted,
+    session_response,
     url_safe_id,
 )
 
@@ -455,6 +457,14 @@ async def pop(ctx: Context) -> Response:
     return json_response(PopOut(message))
 
 
+async def delete_message(ctx: Context) -> Response:
+    sid = ctx.param("session_id")
+    expected = if_match(ctx.request)
+    session = await guarded(ctx, sid, expected, ctx.store.delete_message, sid,
+                            ctx.param("message_id"), tenant=ctx.tenant)
+    return session_response(session)
+
+
 async def clear(ctx: Context) -> Response:
     version = await call_store(ctx.store.clear, ctx.param("session_id"), tenant=ctx.tenant)
     return json_response(VersionOut(version), headers=etag(version))
@@ -529,6 +539,10 @@ ROUTES = [
                     Param("tail", "integer", schema=QUERY_COUNT))),
     Endpoint("GET", MESSAGES + "/{message_id}", get_message, "Read one message",
              responses={200: Message}),
+    Endpoint("DELETE", MESSAGES + "/{message_id}", delete_message,
+             "Delete one message, from anywhere in the session, at once: later messages "
+             "move down a position; answers the session", responses={200: Session},
+             if_match=True),
     Endpoint("POST", SESSION + "/pop", pop, "Remove and return the newest message",
              responses={200: PopOut}, if_match=True),
     Endpoint("POST", SESSION + "/mark", mark, "Set the KV status of messages (whole groups)",

@@ -130,6 +130,12 @@ class AsyncStoreAdapter:
         return await self.call(tenant, self.store.pop, session_id, tenant=tenant,
                                expected_version=expected_version)
 
+    async def delete_message(self, session_id: str, message_id: str, *,
+                             tenant: str = DEFAULT_TENANT,
+                             expected_version: int | None = None) -> Session:
+        return await self.call(tenant, self.store.delete_message, session_id, message_id,
+                               tenant=tenant, expected_version=expected_version)
+
     async def clear(self, session_id: str, *, tenant: str = DEFAULT_TENANT) -> int:
         return await self.call(tenant, self.store.clear, session_id, tenant=tenant)
 

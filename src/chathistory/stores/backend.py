@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
@@ -173,6 +174,19 @@ class Backend(abc.ABC):
         the stored version is still ``expected_version`` (else False, nothing changes).
         ``seq == 0`` (a clear) also drops the status overrides and asset references."""
 
+    @abc.abstractmethod
+    def _b_rewrite_from(self, tenant: str, session_id: str, seq: int, rows: Sequence[Row],
+                        calls: dict[str, int], session: Session, expected_version: int
+                        ) -> bool:
+        """Replace the own rows with ``seq >= seq`` by ``rows`` (ascending from ``seq``;
+        fewer than before: a message deleted from the middle, the later ones moved down
+        a position) and their calls by ``calls`` (id -> seq), and save ``session``, all
+        at once and only if the stored version is still ``expected_version`` (else
+        False, nothing changes). Each row is stored as given (its status and append
+        version kept); whatever the backend keeps by position goes with it (the id and
+        kept-role indexes, the running totals, the search index). Status overrides and
+        asset references stay."""
+
     # ---------------------------------------------------------------- assets, retention
 
     @abc.abstractmethod
@@ -219,6 +233,15 @@ class Backend(abc.ABC):
         own row with role ``user`` and the smallest seq in ``[lo, hi)``, or None. None:
         not implemented, the engine reads rows a batch at a time."""
         return None
+
+    def _b_held(self, tenant: str, session_id: str) -> AbstractContextManager[None]:
+        """Optional: hold off appends to the session while the engine plans a change from
+        what it reads and writes it (``delete_message``), so a session appended to
+        without pause still gets the change. Default: nothing held; the write's version
+        check catches a race and the engine plans again. Inside it the engine reads and
+        makes the one write the hold is for (an append there, or a second hold of the
+        session, would wait for the hold)."""
+        return nullcontext()
 
     def _b_clock(self) -> datetime | None:
         """Optional: the store's own clock (one round trip), which then judges every TTL

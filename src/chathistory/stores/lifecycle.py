@@ -1,9 +1,10 @@
 """The lifecycle of sessions and their messages: changes, branches, retention.
 
 ``Lifecycle`` adds to the engine what changes or ends stored history: ``pop``,
-``clear``, ``mark``; ``fork``, ``edit``, ``lineage``; ``delete_session``, ``erase``,
-``purge_expired``; and the reuse of an expired session's id. A fork shares its
-parent's rows, so a change that would alter what a live fork sees is refused.
+``delete_message``, ``clear``, ``mark``; ``fork``, ``edit``, ``lineage``;
+``delete_session``, ``erase``, ``purge_expired``; and the reuse of an expired session's
+id. A fork shares its parent's rows, so a change that would alter what a live fork sees
+is refused.
 A branch (a fork, an edit) starts without the parent's bookkeeping about its
 messages (``branch_state``).
 """
@@ -18,12 +19,13 @@ from typing import Any
 import msgspec
 
 from ..errors import Conflict, InvalidMessage, NotFound
-from ..model import KVStatus, Message, new_id
+from ..groups import Groups, is_reasoning_only
+from ..model import KVStatus, Message, ToolCall, ToolResult, new_id
 from ..model.parts import holds_compaction
 from .checks import check_id
 from .engine import Engine
 from .errors import translate_store_error
-from .model import DEFAULT_TENANT, MESSAGE_DECODER, Session, utcnow
+from .model import DEFAULT_TENANT, MESSAGE_DECODER, Row, Session, utcnow
 
 __all__ = ["BOOKKEEPING_KEY", "Lifecycle", "branch_state"]
 
@@ -119,8 +121,6 @@ class Lifecycle(Engine):
             before = rows[-2] if len(rows) == 2 else None
             ends_reasoning = False
             if before is not None:
-                from ..groups import is_reasoning_only
-
                 ends_reasoning = is_reasoning_only(MESSAGE_DECODER.decode(before.data))
             own = session.parent_id is None or last.seq >= session.fork_seq
             joined = [[lo, min(hi, n - 1)] for lo, hi in session.joined if lo < n - 1]
@@ -139,13 +139,125 @@ class Lifecycle(Engine):
                 return self._decode([last])[0]
         raise Conflict(f"session {session_id!r} kept changing; try again")
 
+    def delete_message(self, session_id: str, message_id: str, *,
+                       tenant: str = DEFAULT_TENANT, expected_version: int | None = None
+                       ) -> Session:
+        """Remove one message from anywhere in the session, at once; returns the session.
+
+        The later messages move down a position, with the same ids, statuses and
+        token counts; the groups around the gap are made again as an append of the
+        remaining messages would make them: a result whose call was deleted becomes an
+        orphan (stored, never sent, as one appended without its call), a call whose
+        results were deleted ends its group. One write of the backend
+        (``_b_rewrite_from``) at the version read, so a read sees the session before
+        or after, and an append made meanwhile is never reordered: it makes the write
+        miss, and the deletion starts again from the new state (a backend that can
+        holds appends off while the deletion reads and writes: ``_b_held``). The cost
+        grows with the messages after the deleted one (each is written again).
+
+        ``NotFound`` when the message is not in the session; ``Conflict`` when it is
+        inherited (a fork's prefix: delete it in the session that stores it), when a
+        live fork shares its position, or when ``expected_version`` is not the
+        session's version."""
+        for _ in range(100):
+            with self._b_held(tenant, session_id):  # the plan is made on what it writes over
+                session = self.get_session(session_id, tenant=tenant)
+                if expected_version is not None and session.version != expected_version:
+                    raise Conflict(f"session {session_id!r} is at version "
+                                   f"{session.version}, not {expected_version}")
+                row = self._find_row(session, message_id)
+                if row is None:
+                    raise NotFound(f"no message {message_id!r} in session {session_id!r}")
+                own_from = session.fork_seq if session.parent_id is not None else 0
+                if row.seq < own_from:
+                    raise Conflict(f"message {message_id!r} of session {session_id!r} is "
+                                   f"inherited from {session.parent_id!r}; delete it there")
+                self._refuse_if_shared(session, row.seq)
+                planned = self._without(session, row.seq, message_id)
+                if planned is None:
+                    continue  # changed since the session was read: read it again
+                start, rows, calls, updated = planned
+                if self._b_rewrite_from(tenant, session_id, start, rows, calls, updated,
+                                        session.version):
+                    return updated
+            if expected_version is not None:
+                raise Conflict(f"session {session_id!r} changed while message "
+                               f"{message_id!r} was being deleted")
+        raise Conflict(f"session {session_id!r} kept changing; try again")
+
+    def _without(self, session: Session, pos: int, message_id: str
+                 ) -> tuple[int, list[Row], dict[str, int], Session] | None:
+        """What deleting the message at ``pos`` writes: the position the rewrite starts
+        at (the first of the message's group, or of the session's own rows), the rows
+        from there on without it (moved down, running totals and group flags made again
+        with ``Groups``, as an append of them would), their calls, and the session.
+        None when the stored rows are not those of ``session`` any more."""
+        n = session.message_count
+        own_from = session.fork_seq if session.parent_id is not None else 0
+        start = max(own_from, self._group_of(session, pos)[0])
+        stored = self._b_rows(session.tenant, session.id, start, n)
+        if (len(stored) != n - start or stored[pos - start].id != message_id
+                or any(r.seq != start + k for k, r in enumerate(stored))):
+            return None
+        gone = stored[pos - start]
+        rest = [r for r in stored if r.seq != pos]
+        messages = self._decode(rest)
+        before = self._read(session, start - 1, start) if start else []
+        if start and not before:
+            return None
+        groups = Groups(earlier_calls=self._calls_before(session, start, messages),
+                        prev_reasoning_only=bool(before) and is_reasoning_only(
+                            MESSAGE_DECODER.decode(before[0].data)))
+        for message in messages:
+            groups.append(message)
+        rows: list[Row] = []
+        cum = stored[0].cum_before
+        for k, r in enumerate(rest):
+            rows.append(r._replace(seq=start + k, cum_before=cum,
+                                   cut_ok=groups.starts_group(k), orphan=groups.is_orphan(k)))
+            cum += r.tokens
+        calls = {call_id: start + k for call_id, k in groups.calls().items()}
+        compactions, compactions_before = self._compactions_without(
+            session, pos, holds_compaction(MESSAGE_DECODER.decode(gone.data).parts))
+        updated = msgspec.structs.replace(
+            session, version=session.version + 1, updated_at=utcnow(), message_count=n - 1,
+            token_count=cum, ends_reasoning_only=groups.ends_reasoning_only,
+            compactions=compactions, compactions_before=compactions_before)
+        return start, rows, calls, updated
+
+    def _calls_before(self, session: Session, start: int, messages: list[Message]
+                      ) -> dict[str, int]:
+        """Positions below ``start`` of the calls that ``messages``' results answer
+        and that they do not make themselves (the session's own, then its ancestors')."""
+        made = {p.id for m in messages for p in m.parts if type(p) is ToolCall}
+        wanted = sorted({p.call_id for m in messages for p in m.parts
+                         if type(p) is ToolResult and p.call_id not in made})
+        if not wanted:
+            return {}
+        found = self._b_find_calls(session.tenant, session.id, wanted, start)
+        missing = [c for c in wanted if c not in found]
+        if missing and session.parent_id is not None:
+            found.update(self._inherited_calls(session, missing))
+        return found
+
+    def _compactions_without(self, session: Session, pos: int, held: bool
+                             ) -> tuple[list[int], int]:
+        """``Session.compactions`` and ``compactions_before`` once the message at ``pos``
+        (holding a ``Compaction`` part: ``held``) is deleted: the later positions moved
+        down; when it was the only one listed, the newest below it read back."""
+        listed, before = session.compactions, session.compactions_before
+        moved = [p if p < pos else p - 1 for p in listed if p != pos]
+        if pos in listed:
+            if not moved and before:
+                return self._compactions_below(session, pos)
+            return moved, before
+        return moved, max(0, before - 1) if held else before
+
     def _regroup_before_pop(self, session: Session, n: int, joined: list[list[int]]
                             ) -> tuple[list[int], list[list[int]]]:
         """The group boundaries that popping message ``n - 1`` opens again (a result
         gone no longer holds its call's group together): own positions whose stored
         flag is restored, and the joined ranges without the inherited ones."""
-        from ..groups import Groups
-
         group = self._group_of(session, n - 1)
         start = group[0]
         rows = self._read(session, start, n - 1)
@@ -271,8 +383,6 @@ class Lifecycle(Engine):
         if fork_seq:
             last = self._read(session, fork_seq - 1, fork_seq)[0]
             token_count = last.cum_before + last.tokens
-            from ..groups import is_reasoning_only
-
             ends_reasoning = is_reasoning_only(MESSAGE_DECODER.decode(last.data))
         sid = check_id(new_session_id or new_id(), "session_id")
         if not 0 <= fork_seq <= session.message_count:

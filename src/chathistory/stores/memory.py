@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TypeVar
 
@@ -205,6 +206,29 @@ class MemoryStore(BaseStore):
             if seq == 0:
                 self._overrides.pop(key, None)
                 self._refs.pop(key, None)
+            self._sessions[key] = session
+            return True
+
+    @contextmanager
+    def _b_held(self, tenant: str, session_id: str) -> Iterator[None]:
+        with self._lock:
+            yield
+
+    def _b_rewrite_from(self, tenant: str, session_id: str, seq: int, rows: Sequence[Row],
+                        calls: dict[str, int], session: Session, expected_version: int
+                        ) -> bool:
+        with self._lock:
+            key = (tenant, session_id)
+            current = self._sessions.get(key)
+            if current is None or current.version != expected_version:
+                return False
+            own = self._rows.setdefault(key, [])
+            keep = max(0, seq - own[0].seq) if own else 0
+            own[keep:] = rows
+            self._ids[key] = {r.id: i for i, r in enumerate(own)}
+            self._kept[key] = [i for i, r in enumerate(own) if r.role in KEPT_ROLES]
+            kept_calls = {c: s for c, s in self._calls.get(key, {}).items() if s < seq}
+            self._calls[key] = {**kept_calls, **calls}
             self._sessions[key] = session
             return True
 

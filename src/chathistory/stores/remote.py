@@ -441,6 +441,14 @@ class RemoteStore:
                                  headers=_if_match(expected_version))
         return msgspec.json.decode(response.content, type=_Popped).message
 
+    def delete_message(self, session_id: str, message_id: str, *, tenant: str | None = None,
+                       expected_version: int | None = None) -> Session:
+        from urllib.parse import quote
+
+        return _session(self._request(
+            "DELETE", f"{self._sid(session_id)}/messages/{quote(message_id, safe='')}",
+            tenant=tenant, headers=_if_match(expected_version)))
+
     def clear(self, session_id: str, *, tenant: str | None = None) -> int:
         response = self._request("DELETE", self._sid(session_id) + "/messages", tenant=tenant)
         version: int = msgspec.json.decode(response.content)["version"]

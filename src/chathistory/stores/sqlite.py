@@ -602,6 +602,32 @@ class SQLiteStore(IndexedSearch, BaseStore):
                 conn.execute("DELETE FROM asset_refs WHERE tenant = ? AND session_id = ?", key)
             return True
 
+    @contextmanager
+    def _b_held(self, tenant: str, session_id: str) -> Iterator[None]:
+        with self.atomic():  # the file's write lock: other writers wait
+            yield
+
+    def _b_rewrite_from(self, tenant: str, session_id: str, seq: int, rows: Sequence[Row],
+                        calls: dict[str, int], session: Session, expected_version: int
+                        ) -> bool:
+        pending = 0
+        with self.atomic() as conn:
+            params = (*_session_params(session), expected_version)
+            if conn.execute(_SAVE_SESSION, params).rowcount != 1:
+                return False
+            key = (tenant, session_id)
+            self._unindex(conn, tenant, session_id, seq, forget=False)
+            conn.execute("DELETE FROM messages WHERE tenant = ? AND session_id = ? "
+                         "AND seq >= ?", (*key, seq))
+            conn.execute("DELETE FROM calls WHERE tenant = ? AND session_id = ? AND seq >= ?",
+                         (*key, seq))
+            conn.executemany(_INSERT_MESSAGE, [(*key, *r) for r in rows])
+            conn.executemany(_INSERT_CALL, [(*key, c, at) for c, at in calls.items()])
+            pended, _ = note_appended(conn, self.search_indexed, *key, rows)
+            pending = 0 if pended is None else len(pended.rows)
+        self._count_left(pending)  # read from the database when indexed (not handed off)
+        return True
+
     # ---------------------------------------------------------------- assets, retention
 
     def _b_get_asset(self, tenant: str, sha256: str) -> bytes | None:

@@ -5,6 +5,7 @@ sent, where psycopg would raise a ``DataError`` from the server."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -90,6 +91,7 @@ class Connections:
         self._waiting: list[None] = []  # one entry per caller waiting in the pool
         self._returned = time.monotonic()
         self._closed = False
+        self._local = threading.local()
 
     def take(self) -> psycopg.Connection[Any]:
         """A connection, from the stack or else the pool (``PoolTimeout`` after the
@@ -123,11 +125,26 @@ class Connections:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection for one use; inside ``routed``, that one (its transaction)."""
+        routed: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
+        if routed is not None:
+            yield routed
+            return
         conn = self.take()
         try:
             yield conn
         finally:
             self.give(conn)
+
+    @contextmanager
+    def routed(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """Every ``connection()`` of this thread is ``conn`` meanwhile (a transaction
+        holding a lock that the thread's own statements must not wait for)."""
+        self._local.conn = conn
+        try:
+            yield
+        finally:
+            self._local.conn = None
 
     def return_all(self) -> None:
         """Every connection of the stack back to the pool."""

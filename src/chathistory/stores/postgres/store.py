@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -504,6 +505,40 @@ class PostgresStore(IndexedSearch, BaseStore):
                     cursor.execute(q.restore_cuts, (*key, list(restore)))
                 cursor.execute(q.truncate_kept, (*key, seq))
                 cursor.execute(q.truncate_calls, (*key, seq))
+                cursor.execute(q.save_session, (version, expires_at, updated, payload, *key))
+            return True
+
+    @contextmanager
+    def _b_held(self, tenant: str, session_id: str) -> Iterator[None]:
+        # the session's row lock, in a transaction whose connection serves this thread's
+        # statements meanwhile (appends queue on the lock; other sessions are not held)
+        with self._connections.connection() as conn, conn.transaction():
+            conn.execute(self._q.lock_session, (tenant, session_id))
+            with self._connections.routed(conn):
+                yield
+
+    def _b_rewrite_from(self, tenant: str, session_id: str, seq: int, rows: Sequence[Row],
+                        calls: dict[str, int], session: Session, expected_version: int
+                        ) -> bool:
+        key = (tenant, session_id)
+        _, version, expires_at, updated, payload = session_params(session)
+        q = self._q
+        with self._connections.connection() as conn, conn.transaction():
+            found = sessions_of(conn.execute(q.lock_session, key))
+            if not found or found[0].version != expected_version:
+                return False
+            gone = [mid for (mid,) in conn.execute(q.truncate_rows, (*key, seq))]
+            with conn.pipeline(), conn.cursor() as cursor:
+                if gone:
+                    cursor.executemany(q.truncate_id, [(*key, mid) for mid in gone])
+                cursor.execute(q.truncate_kept, (*key, seq))
+                cursor.execute(q.truncate_calls, (*key, seq))
+                if rows or calls:
+                    cursor.execute(
+                        q.insert_batch_for(any(r.role in KEPT_ROLES for r in rows), bool(calls)),
+                        {"tenant": tenant, "session_id": session_id,
+                         "batch": batch_json(rows, calls,
+                                             _words(rows, self.search_writes_words))})
                 cursor.execute(q.save_session, (version, expires_at, updated, payload, *key))
             return True
 

@@ -1,5 +1,5 @@
 """Redis Lua scripts: each write that must be atomic in a session's slot (append,
-truncate, insert, save, status marks) or a tenant's (asset GC, expiry fixes), and
+truncate, rewrite, insert, save, status marks) or a tenant's (asset GC, expiry fixes), and
 the window read in one round trip. Each says its KEYS and ARGV.
 
 Every script that writes the session's JSON (field ``j`` of the session hash) writes
@@ -8,13 +8,23 @@ a session and its newest rows at one moment without a script (``RedisStore._tail
 a session last written by an older release has no copy until its next write, and its
 tail reads go through TAIL_PROBE). Position fields are decimal numbers: never ``j``."""
 
+# Milliseconds of the server's clock (Lua: a write after TIME is allowed, effects are
+# replicated), for the hold of a session (field h of the session hash: HOLD).
+_NOW_MS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
 # KEYS: session rows ids cum kept calls refs.  ARGV: v i r json new_v clear_lo clear_hi
 # nrows ncalls nrefs, then (seq id cum kept payload)*, (call_id seq)*, sha*.
-# 0: the session is not at v i r; -1: a row's id is stored already (an append planned on
-# the session as this process last wrote it takes the batch's ids to be new); 1: written.
+# 0: the session is not at v i r, or held (HOLD); -1: a row's id is stored already (an
+# append planned on the session as this process last wrote it takes the batch's ids to
+# be new); 1: written.
 APPEND = """
-local s = redis.call('HMGET', KEYS[1], 'v', 'i', 'r')
+local s = redis.call('HMGET', KEYS[1], 'v', 'i', 'r', 'h')
 if s[1] ~= ARGV[1] or s[2] ~= ARGV[2] or s[3] ~= ARGV[3] then return 0 end
+if s[4] then""" + _NOW_MS + """  if now < tonumber(s[4]) then return 0 end
+end
 for p = 12, 12 + 5 * (tonumber(ARGV[8]) - 1), 5 do
   if redis.call('ZSCORE', KEYS[3], ARGV[p]) then return -1 end
 end
@@ -121,6 +131,57 @@ if seq == 0 then
 end
 redis.call('HSET', KEYS[1], 'v', ARGV[3], 'j', ARGV[4])
 redis.call('HSET', KEYS[2], 'j', ARGV[4])
+return 1
+"""
+
+# KEYS: session rows ids cum kept calls.  ARGV: expected_v seq new_v json nrows ncalls,
+# then (seq id cum kept payload)*, (call_id seq)*: the rows from seq on replaced by those
+# given (a message deleted from the middle, the later ones moved down), 0 when the
+# session is not at expected_v
+REWRITE = """
+if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
+local seq = tonumber(ARGV[2])
+local gone = redis.call('ZRANGEBYSCORE', KEYS[3], seq, '+inf', 'WITHSCORES')
+for k = 2, #gone, 2 do
+  local s = tonumber(gone[k])
+  redis.call('HDEL', KEYS[2], string.format('%d', s))
+  redis.call('ZREM', KEYS[4], string.format('%012d', s))
+end
+for _, key in ipairs({KEYS[3], KEYS[5], KEYS[6]}) do
+  redis.call('ZREMRANGEBYSCORE', key, seq, '+inf')
+end
+local p = 7
+for k = 1, tonumber(ARGV[5]) do
+  local at = ARGV[p]
+  redis.call('HSET', KEYS[2], at, ARGV[p + 4])
+  redis.call('ZADD', KEYS[3], at, ARGV[p + 1])
+  redis.call('ZADD', KEYS[4], ARGV[p + 2], string.format('%012d', tonumber(at)))
+  if ARGV[p + 3] == '1' then redis.call('ZADD', KEYS[5], at, at) end
+  p = p + 5
+end
+for k = 1, tonumber(ARGV[6]) do
+  redis.call('ZADD', KEYS[6], ARGV[p + 1], ARGV[p])
+  p = p + 2
+end
+redis.call('HSET', KEYS[1], 'v', ARGV[3], 'j', ARGV[4])
+redis.call('HSET', KEYS[2], 'j', ARGV[4])
+return 1
+"""
+
+# KEYS: session.  ARGV: ms.  Hold the session's appends off for at most ms (a deletion
+# plans on what it reads, then REWRITE writes): the hold's end (its token to RELEASE),
+# 0 while another hold lasts, -1 for no session.
+HOLD = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end""" + _NOW_MS + """
+local h = redis.call('HGET', KEYS[1], 'h')
+if h and now < tonumber(h) then return 0 end
+redis.call('HSET', KEYS[1], 'h', now + tonumber(ARGV[1]))
+return now + tonumber(ARGV[1])
+"""
+
+# KEYS: session.  ARGV: token.  The hold HOLD answered ends (unless another took over).
+RELEASE = """
+if redis.call('HGET', KEYS[1], 'h') == ARGV[1] then redis.call('HDEL', KEYS[1], 'h') end
 return 1
 """
 

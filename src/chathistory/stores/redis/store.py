@@ -6,7 +6,8 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -42,6 +43,7 @@ _CHUNK = 1000
 _WRITTEN_SESSIONS = 4096
 """Sessions whose last write by this process is kept for the next append's plan."""
 _MISSED = object()
+_HOLD_MS = 10_000  # a deletion holds its session's appends off at most this long (a crash)
 
 _Written = tuple[tuple[str, str, str], Session]
 """A session as this process last wrote it: its (version, incarnation, epoch) as the
@@ -189,6 +191,9 @@ class RedisStore(RedisSearch, BaseStore):
         self._append_combined = ScriptCombiner(self._r, self._append_script,
                                                redis.exceptions.NoScriptError, self._direct)
         self._truncate_script = self._r.register_script(scripts.TRUNCATE)
+        self._rewrite_script = self._r.register_script(scripts.REWRITE)
+        self._hold_script = self._r.register_script(scripts.HOLD)
+        self._release_script = self._r.register_script(scripts.RELEASE)
         self._insert_script = self._r.register_script(scripts.INSERT)
         self._save_script = self._r.register_script(scripts.SAVE)
         self._probe_script = self._r.register_script(scripts.PROBE)
@@ -620,6 +625,40 @@ class RedisStore(RedisSearch, BaseStore):
             return False
         return self._saving(old, session,
                             lambda: bool(self._truncate_script(keys=keys, args=args)))
+
+    @contextmanager
+    def _b_held(self, tenant: str, session_id: str) -> Iterator[None]:
+        key = self._keys(tenant, session_id).session
+        deadline = time.monotonic() + 30.0
+        attempt = 0
+        while (token := self._hold_script(keys=[key], args=[_HOLD_MS])) == 0:
+            attempt += 1
+            if time.monotonic() > deadline:
+                raise Conflict(f"session {session_id!r} kept changing; try again")
+            time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** min(attempt, 7))))
+        try:
+            yield
+        finally:
+            if token != -1:
+                self._release_script(keys=[key], args=[token])
+
+    def _b_rewrite_from(self, tenant: str, session_id: str, seq: int, rows: Sequence[Row],
+                        calls: dict[str, int], session: Session, expected_version: int
+                        ) -> bool:
+        self._written.pop((tenant, session_id), None)
+        k = self._keys(tenant, session_id)
+        args: list[Any] = [expected_version, seq, session.version, msgspec.json.encode(session),
+                           len(rows), len(calls)]
+        for row in rows:
+            args += [row.seq, row.id, row.cum_before, int(row.role in KEPT_ROLES), pack_row(row)]
+        for call_id, at in calls.items():
+            args += [call_id, at]
+        old = self._b_get_session(tenant, session_id)
+        if old is None:
+            return False
+        keys = [k.session, k.rows, k.ids, k.cum, k.kept, k.calls]
+        return self._saving(old, session,
+                            lambda: bool(self._rewrite_script(keys=keys, args=args)))
 
     # ================================================================ assets and retention
 
