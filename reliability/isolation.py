@@ -187,13 +187,17 @@ OWN_SESSION_PROBES: dict[tuple[str, str], tuple[str, Callable[[Data], dict[str, 
             {"ids": d.message_ids, "status": 0}), 404),
     ("POST", "/v1/sessions/{session_id}/messages"): (
         "reference A's digest from B's session", lambda d: _json(
-            {"messages": [_reference(d.uploaded_sha), _reference(d.inline_sha)]}), 200),
+            {"messages": [_reference(d.uploaded_sha), _reference(d.inline_sha)]}), 422),
 }
 
 
 def _reference_both(b: httpx.Client, ids: Data, own: str) -> str:
+    """B's append referencing A's digests is refused as bytes B does not hold (422,
+    the answer a digest nobody uploaded gets): the read after it sees B's own only."""
     body = {"messages": [_reference(ids.uploaded_sha), _reference(ids.inline_sha)]}
-    b.post(f"/v1/sessions/{own}/messages", json=body).raise_for_status()
+    answer = b.post(f"/v1/sessions/{own}/messages", json=body)
+    if answer.status_code != 422:
+        raise AssertionError(f"B referencing A's digests: {answer.status_code} {answer.text[:160]}")
     return repr(body)
 
 
@@ -246,7 +250,7 @@ def _probes() -> tuple[list[Probe], list[str], list[str]]:
         Probe("GET", "GET /v1/sessions/{session_id}/messages: B's, as openai_chat, "
               "A's digests referenced", lambda d, own: (
                   f"/v1/sessions/{own}/messages",
-                  {"params": {"tail": 2, "format": "openai_chat"}}), (422,),
+                  {"params": {"tail": 2, "format": "openai_chat"}}), (200,),
               setup=_reference_both),
     ]
     return probes, generic, tenant_wide

@@ -98,6 +98,8 @@ def test_openapi_document(served: Served) -> None:
         assert ref.startswith("#/components/schemas/") and ref.rsplit("/", 1)[1] in schemas, ref
     assert {"Message", "Session", "Attachment", "WindowPlan", "AppendBody"} <= set(schemas)
     append = doc["paths"]["/v1/sessions/{session_id}/messages"]["post"]
-    assert append["requestBody"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/AppendBody"}
+    body = append["requestBody"]["content"]["application/json"]["schema"]
+    assert body["anyOf"][0] == {"$ref": "#/components/schemas/AppendBody"}  # ours first
+    assert {"#/components/schemas/OpenAIChatAppendBody", "#/components/schemas/GeminiAppendBody"
+            } <= {alternative["$ref"] for alternative in body["anyOf"]}  # ?format= bodies
     assert {"412", "422"} <= set(append["responses"])

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from ..assets import FileAssetStore, check_digest
 from ..errors import InvalidMessage, NotFound
 from ..model import Attachment, MediaPart, Message, ToolResult
+from ..model.parts import MAX_ATTACHMENT_BYTES
 from ..stores.protocol import Store
 
 __all__ = ["READ_LIMIT", "check_references", "media"]
@@ -48,7 +49,8 @@ def check_references(messages: Sequence[Message], root: str, assets: FileAssetSt
     """``InvalidMessage`` at ``<path>.sha256`` (``root`` as ``media`` takes it) for the
     first reference in ``messages`` that names no asset of ``tenant`` (see the
     module's docstring). A reference that validation refuses anyway (a ``sha256`` that
-    is not a digest, no ``size`` or ``mime_type``) is left to it: it names the field.
+    is not a digest, no ``size`` or ``mime_type``, a size over the attachment limit) is
+    left to it: it names the field.
 
     An upload is checked by its description; bytes the store holds are read (the
     store has no cheaper test), at most ``read_limit`` bytes for one request, so that a
@@ -59,8 +61,9 @@ def check_references(messages: Sequence[Message], root: str, assets: FileAssetSt
     sizes: dict[str, int | None] = {}  # digest -> the bytes' size; None: not held
     read = 0
     for path, att in media(messages, root):
-        if att.data is not None or att.sha256 in inline or att.size < 0 or not att.mime_type:
-            continue  # (a reference lacking its size or type: validation names the field)
+        if (att.data is not None or att.sha256 in inline or not att.mime_type
+                or not 0 <= att.size <= MAX_ATTACHMENT_BYTES):
+            continue  # (a reference lacking its type, or a bad size: validation names it)
         try:
             check_digest(att.sha256)
         except InvalidMessage:
