@@ -67,9 +67,12 @@ from .procs import (
 
 P99_LIMIT = 0.050
 """The other tenant's p99 during an attack (seconds)."""
+PROBE_START_WAIT = 300.0
+"""How long an attack waits for its probe's first read (a wait, not a bound)."""
 
 
-def _probe_main(url: str, key: str, session_id: str, stop: Any, out: Any) -> None:
+def _probe_main(url: str, key: str, session_id: str, stop: Any, out: Any,
+                started: Any) -> None:
     """The probe's loop, in a process of its own (so the harness's attack threads never
     hold the GIL it needs to measure): reads and /healthz until ``stop`` is set."""
     die_with_parent()
@@ -92,6 +95,7 @@ def _probe_main(url: str, key: str, session_id: str, stop: Any, out: Any) -> Non
                     failures.append(f"/healthz: {status}")
                 elif status not in (200, 503):
                     failures.append(f"read: {status}")
+            started.set()  # measuring: the attack may start
             stop.wait(0.02)
     out.send((latencies, health, failures))
 
@@ -113,23 +117,19 @@ class Probe:
     def __enter__(self) -> Probe:
         context = multiprocessing.get_context("spawn")
         self._stop = context.Event()
+        started = context.Event()
         self._pipe, child = context.Pipe(duplex=False)
         self._process = context.Process(target=_probe_main, daemon=True, args=(
-            self.url, self.key, self.session_id, self._stop, child))
+            self.url, self.key, self.session_id, self._stop, child, started))
         self._process.start()
-        ready = time.monotonic() + 30
-        while not self.ready() and time.monotonic() < ready:  # the child is importing
-            time.sleep(0.05)
+        # until its first read and /healthz (the child imports for seconds on a loaded
+        # machine: an attack then ran unmeasured, its probe at 0 reads)
+        started.wait(PROBE_START_WAIT)
         return self
-
-    def ready(self) -> bool:
-        with contextlib.suppress(httpx.HTTPError):
-            return bool(httpx.get(self.url + "/healthz", timeout=2).status_code == 200)
-        return False
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        if self._pipe.poll(30):
+        if self._pipe.poll(120):
             self.latencies, self.health, self.failures = self._pipe.recv()
         self._process.join(10)
 
@@ -207,6 +207,8 @@ def _row(check: str, target: str, probe: Probe | None, problems: list[str], star
     fail it in the harness only (``Result.timing_only``)."""
     late = list(late or [])
     if probe is not None:
+        if not probe.latencies:
+            problems.append("the other tenant's probe made no read")
         over_time("probe p99", probe.p99(), P99_LIMIT, problems, late)
         problems += sorted(set(probe.failures))[:3]
         what = f"{what}; {probe.summary()}"
