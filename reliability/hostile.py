@@ -72,7 +72,7 @@ PROBE_START_WAIT = 300.0
 
 
 def _probe_main(url: str, key: str, session_id: str, stop: Any, out: Any,
-                started: Any) -> None:
+                measuring: Any) -> None:
     """The probe's loop, in a process of its own (so the harness's attack threads never
     hold the GIL it needs to measure): reads and /healthz until ``stop`` is set."""
     die_with_parent()
@@ -95,7 +95,7 @@ def _probe_main(url: str, key: str, session_id: str, stop: Any, out: Any,
                     failures.append(f"/healthz: {status}")
                 elif status not in (200, 503):
                     failures.append(f"read: {status}")
-            started.set()  # measuring: the attack may start
+            measuring.set()  # the attack may start
             stop.wait(0.02)
     out.send((latencies, health, failures))
 
@@ -293,8 +293,9 @@ def unbroken_text(s: Served, target: str, seconds: float) -> Result:
     the pre-tokenizer, whose BPE fastokens counted in about 24 s) back to back, while
     the other tenant appends 300 KB texts (over ``tokens.OFFLOAD_CHARS``: counted in
     the counting process too) one after another, and the probe reads. Wanted: every
-    append of both answered 200 and stored; the other tenant's slowest append within
-    ``UNBROKEN_LIMIT`` (it waited 10-19 s behind the long counts)."""
+    append of both answered 200 and stored; the other tenant's slowest append quicker
+    than the attacker's median (behind the long counts it waited as long as they took:
+    10-22 s), and within ``UNBROKEN_LIMIT`` in the harness."""
     started = time.monotonic()
     body = json.dumps({"messages": [{"role": "user", "parts": [
         {"type": "text", "text": "x" * (8 * 1024 * 1024)}]}]}).encode()
@@ -348,9 +349,18 @@ def unbroken_text(s: Served, target: str, seconds: float) -> Result:
     if not attacker or {status for status, _ in attacker} != {200}:
         problems.append(f"the long appends answered {sorted({s for s, _ in attacker})}")
     worst = max(t for _, t in other)
-    over_time("the other tenant's slowest 300 KB append", worst, UNBROKEN_LIMIT, problems, late)
     mid_other = sorted(t for _, t in other)[len(other) // 2]
     mid_attacker = sorted(t for _, t in attacker)[len(attacker) // 2] if attacker else 0.0
+    # queued behind the long counts, a short append waits as long as they take: on a
+    # machine of any speed or load (both wait on the same niced counting process), the
+    # slowest of the other tenant's is quicker than the attacker's median
+    if attacker and worst >= mid_attacker:
+        problems.append(f"the other tenant's slowest append ({worst:.2f} s) took as long as "
+                        f"the attacker's median ({mid_attacker:.2f} s): queued behind it")
+    if worst > UNBROKEN_LIMIT:  # the harness's figure (a loaded machine starves the
+        # niced counting process for everyone: no multiple of it is a fault)
+        late.append(f"the other tenant's slowest 300 KB append {worst * 1000:.0f} ms > "
+                    f"{UNBROKEN_LIMIT * 1000:.0f} ms")
     return _row("hostile: 8 MiB without a space", target, probe, problems, started,
                 f"{len(attacker)} appends of 8 MiB of x (median {mid_attacker:.2f} s); the "
                 f"other tenant's {len(other)} appends of 300 KB: median "

@@ -151,6 +151,7 @@ def test_a_count_does_a_bounded_amount_of_work_whatever_the_text(
     ``x``.) Counted calls, not time."""
     pytest.importorskip("fastokens")
     monkeypatch.setattr(tokens, "_sharing", True)  # a server made in another test
+    monkeypatch.setattr(tokens, "_offload", None)  # (and its counting processes)
     counter = EncodingCounter("o200k_base")
     monkeypatch.setattr(counter, "_crowded", lambda: False)
     fast_calls: list[int] = []

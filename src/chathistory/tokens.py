@@ -323,6 +323,11 @@ class EncodingCounter(ChatCounter):
       store made 10-15% more appends a second so (docs/tokens.md), for some 80 MB more
       memory in the process (``share_counts(False)`` turns this off).
 
+    A text over ``SLICE_CHARS`` is counted in slices cut where the pre-tokenizer cuts
+    (the same total), each by the tokenizer above, and a stretch without such a cut by
+    ``bpe-openai`` (``_count_with``): fastokens' and tiktoken's BPE grow faster than a
+    piece's length, and a text without spaces may be one piece.
+
     Special-token text such as ``<|endoftext|>`` inside a message is counted as
     ordinary text, as it is for user input.
     """
