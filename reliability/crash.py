@@ -244,6 +244,12 @@ def verify_all(target: Backend, batches: list[Batch], rng: random.Random) -> Fin
     return found
 
 
+WRITING_WAIT = 300.0
+"""How long a kill waits for the writer's first acknowledgement (a wait, not a bound:
+starting a writer took over 30 s on a machine at load 20, and a kill before it wrote
+anything left a row with nothing acknowledged to check)."""
+
+
 # ---------------------------------------------------------------- kill loops
 
 
@@ -265,7 +271,7 @@ def library_kills(target: Backend, kills: int, seed: int) -> tuple[Findings, int
         if k % 8 == 0:  # some kills land while the writer opens the store or retries
             time.sleep(rng.uniform(0.0, 0.5))
         else:
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + WRITING_WAIT
             while _count_acks(log) <= lines_before and child.poll() is None:
                 if time.monotonic() > deadline:
                     break
@@ -355,7 +361,7 @@ def server_kills(target: Backend, kills: int, seed: int) -> tuple[Findings, int,
         acked_before = sum(1 for b in batches if b.acked is not None)
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 30  # writing, then a random moment
+        deadline = time.monotonic() + WRITING_WAIT  # writing, then a random moment
         while (sum(1 for b in batches if b.acked is not None) <= acked_before
                and time.monotonic() < deadline and not errors):
             time.sleep(0.005)
@@ -403,7 +409,7 @@ def redis_policy_loss(policy: str, kills: int, seed: int, workdir: Path) -> Resu
                  url, str(log), str(seed + k), str(SESSIONS)],
                 env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 preexec_fn=die_with_parent)
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + WRITING_WAIT
             while _count_acks(log) < 20 and child.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.01)
             time.sleep(rng.uniform(0.1, 0.8))

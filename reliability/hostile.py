@@ -1,7 +1,9 @@
 """hostile: attacks on a real server while another tenant measures it (issue 17).
 
 Each attack runs against `chathistory serve` (uvicorn, one process, API keys for two
-tenants) on a loopback port, bounded in count and time. Meanwhile a probe, as the
+tenants) on a loopback port, bounded in count and time. A time bound missed fails the
+row here; in a test only when missed `common.GENEROUS` times over (`over_time`,
+`Result.timing_only`): tests run on loaded machines. Meanwhile a probe, as the
 *other* tenant, reads its session's tail and `/healthz` every 20 ms; a row reports
 the probe's p99 and worst latency, its failures, and what the attack itself was
 answered. Servers and databases that an attack kills or breaks are private to it
@@ -13,6 +15,9 @@ Attacks (the issue's item numbers):
   nothing. Wanted: 2 are received (their coroutines only), the rest answered 429;
   the probe keeps p99 < 50 ms.
 - big appends (11): two clients of one tenant post 9 MB appends back to back.
+- unbroken text (issue 43, item 10): two clients of one tenant post 8 MiB of ``x``
+  back to back while the other tenant appends 300 KB texts: each of those is
+  answered, stored, and within ``UNBROKEN_LIMIT``.
 - amplification, counter names (1, 2): 5 MB uploaded once and referenced by 100
   messages, read with ``format=`` (was a 666 MB answer); 200 made-up counter names of
   100 KB (each was cached for good). Wanted: 422s, server RSS within 100 MB.
@@ -49,7 +54,7 @@ from typing import Any
 
 import httpx
 
-from .common import Result
+from .common import Result, over_time
 from .procs import (
     RedisServer,
     ServerProcess,
@@ -62,9 +67,12 @@ from .procs import (
 
 P99_LIMIT = 0.050
 """The other tenant's p99 during an attack (seconds)."""
+PROBE_START_WAIT = 300.0
+"""How long an attack waits for its probe's first read (a wait, not a bound)."""
 
 
-def _probe_main(url: str, key: str, session_id: str, stop: Any, out: Any) -> None:
+def _probe_main(url: str, key: str, session_id: str, stop: Any, out: Any,
+                measuring: Any) -> None:
     """The probe's loop, in a process of its own (so the harness's attack threads never
     hold the GIL it needs to measure): reads and /healthz until ``stop`` is set."""
     die_with_parent()
@@ -87,6 +95,7 @@ def _probe_main(url: str, key: str, session_id: str, stop: Any, out: Any) -> Non
                     failures.append(f"/healthz: {status}")
                 elif status not in (200, 503):
                     failures.append(f"read: {status}")
+            measuring.set()  # the attack may start
             stop.wait(0.02)
     out.send((latencies, health, failures))
 
@@ -108,23 +117,19 @@ class Probe:
     def __enter__(self) -> Probe:
         context = multiprocessing.get_context("spawn")
         self._stop = context.Event()
+        started = context.Event()
         self._pipe, child = context.Pipe(duplex=False)
         self._process = context.Process(target=_probe_main, daemon=True, args=(
-            self.url, self.key, self.session_id, self._stop, child))
+            self.url, self.key, self.session_id, self._stop, child, started))
         self._process.start()
-        ready = time.monotonic() + 30
-        while not self.ready() and time.monotonic() < ready:  # the child is importing
-            time.sleep(0.05)
+        # until its first read and /healthz (the child imports for seconds on a loaded
+        # machine: an attack then ran unmeasured, its probe at 0 reads)
+        started.wait(PROBE_START_WAIT)
         return self
-
-    def ready(self) -> bool:
-        with contextlib.suppress(httpx.HTTPError):
-            return bool(httpx.get(self.url + "/healthz", timeout=2).status_code == 200)
-        return False
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        if self._pipe.poll(30):
+        if self._pipe.poll(120):
             self.latencies, self.health, self.failures = self._pipe.recv()
         self._process.join(10)
 
@@ -196,16 +201,29 @@ def prepare_tenants(store_url: str, key_name: str, seed: Callable[[Any], None] |
     return keys, session.id
 
 
-def _row(check: str, target: str, probe: Probe, problems: list[str], started: float,
-         what: str) -> Result:
-    if probe.p99() > P99_LIMIT:
-        problems.append(f"probe p99 {probe.p99() * 1000:.0f} ms > {P99_LIMIT * 1000:.0f} ms")
-    problems += sorted(set(probe.failures))[:3]
-    detail = f"{what}; {probe.summary()}"
-    if problems:
-        detail += "\n    " + "; ".join(problems)
-    return Result(check, target, 1, 0 if problems else 1, 1 if problems else 0,
-                  time.monotonic() - started, detail)
+def _row(check: str, target: str, probe: Probe | None, problems: list[str], started: float,
+         what: str, late: list[str] | None = None) -> Result:
+    """A row: ``problems`` fail it anywhere; ``late`` (time bounds missed, ``over_time``)
+    fail it in the harness only (``Result.timing_only``)."""
+    late = list(late or [])
+    if probe is not None:
+        if not probe.latencies:
+            problems.append("the other tenant's probe made no read")
+        over_time("probe p99", probe.p99(), P99_LIMIT, problems, late)
+        problems += sorted(set(probe.failures))[:3]
+        what = f"{what}; {probe.summary()}"
+    return timed_row(check, target, problems, late, started, what)
+
+
+def timed_row(check: str, target: str, problems: list[str], late: list[str], started: float,
+              what: str) -> Result:
+    detail = what
+    if problems or late:
+        detail += "\n    " + "; ".join(problems + [f"late: {x}" for x in late])
+    failed = bool(problems or late)
+    return Result(check, target, 1, 0 if failed else 1, 1 if failed else 0,
+                  time.monotonic() - started, detail,
+                  timing_only=bool(late) and not problems)
 
 
 # ---------------------------------------------------------------- attacks
@@ -263,6 +281,90 @@ def big_appends(s: Served, target: str, seconds: float) -> Result:
     problems = [] if statuses else ["no append finished"]
     return _row("hostile: 9 MB appends", target, probe, problems, started,
                 f"2 clients, {len(statuses)} appends of 9 MB ({sorted(set(statuses))})")
+
+
+UNBROKEN_LIMIT = 0.5
+"""The other tenant's slowest 300 KB append while one tenant posts 8 MiB of one letter
+(seconds)."""
+
+
+def unbroken_text(s: Served, target: str, seconds: float) -> Result:
+    """Two clients of one tenant post appends of 8 MiB of ``x`` (no space: one piece for
+    the pre-tokenizer, whose BPE fastokens counted in about 24 s) back to back, while
+    the other tenant appends 300 KB texts (over ``tokens.OFFLOAD_CHARS``: counted in
+    the counting process too) one after another, and the probe reads. Wanted: every
+    append of both answered 200 and stored; the other tenant's slowest append quicker
+    than the attacker's median (behind the long counts it waited as long as they took:
+    10-22 s), and within ``UNBROKEN_LIMIT`` in the harness."""
+    started = time.monotonic()
+    body = json.dumps({"messages": [{"role": "user", "parts": [
+        {"type": "text", "text": "x" * (8 * 1024 * 1024)}]}]}).encode()
+    attacker: list[tuple[int, float]] = []
+    stop = threading.Event()
+
+    def attack() -> None:
+        with httpx.Client(base_url=s.url, timeout=300, headers=s.headers()) as c:
+            sid = c.post("/v1/sessions", json={}).json()["id"]
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                status = c.post(f"/v1/sessions/{sid}/messages", content=body, headers={
+                    "Content-Type": "application/json"}).status_code
+                attacker.append((status, time.perf_counter() - t0))
+
+    other: list[tuple[int, float]] = []
+    acknowledged: list[str] = []
+    problems: list[str] = []
+    late: list[str] = []
+    text = "other words " * 25_000
+    with httpx.Client(base_url=s.url, timeout=300, headers=s.headers("probe")) as c:
+        sid = c.post("/v1/sessions", json={}).json()["id"]
+        # the counting process starts at the first long text (seconds on a loaded
+        # machine): started before the attack, which measures the waits behind it
+        c.post(f"/v1/sessions/{sid}/messages", json={"messages": [
+            {"role": "user", "parts": [{"type": "text", "text": text}]}]}).raise_for_status()
+    with s.probe() as probe:
+        threads = [threading.Thread(target=attack, daemon=True) for _ in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # the first long appends are under way
+        with httpx.Client(base_url=s.url, timeout=300, headers=s.headers("probe")) as c:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end or len(other) < 3:
+                mid = str(uuid.uuid4())
+                t0 = time.perf_counter()
+                r = c.post(f"/v1/sessions/{sid}/messages", json={"messages": [
+                    {"id": mid, "role": "user", "parts": [{"type": "text", "text": text}]}]})
+                other.append((r.status_code, time.perf_counter() - t0))
+                if r.status_code == 200:
+                    acknowledged.append(mid)
+            stored = c.get(f"/v1/sessions/{sid}/messages", params={"start": 0}).json()
+        stop.set()
+        for t in threads:
+            t.join(300)
+    stored_ids = {m["id"] for m in stored.get("messages", [])}
+    if {status for status, _ in other} != {200}:
+        problems.append(f"the other tenant's appends answered {sorted({s for s, _ in other})}")
+    if any(m not in stored_ids for m in acknowledged):
+        problems.append("an acknowledged append of the other tenant is not stored")
+    if not attacker or {status for status, _ in attacker} != {200}:
+        problems.append(f"the long appends answered {sorted({s for s, _ in attacker})}")
+    worst = max(t for _, t in other)
+    mid_other = sorted(t for _, t in other)[len(other) // 2]
+    mid_attacker = sorted(t for _, t in attacker)[len(attacker) // 2] if attacker else 0.0
+    # queued behind the long counts, a short append waits as long as they take: on a
+    # machine of any speed or load (both wait on the same niced counting process), the
+    # slowest of the other tenant's is quicker than the attacker's median
+    if attacker and worst >= mid_attacker:
+        problems.append(f"the other tenant's slowest append ({worst:.2f} s) took as long as "
+                        f"the attacker's median ({mid_attacker:.2f} s): queued behind it")
+    if worst > UNBROKEN_LIMIT:  # the harness's figure (a loaded machine starves the
+        # niced counting process for everyone: no multiple of it is a fault)
+        late.append(f"the other tenant's slowest 300 KB append {worst * 1000:.0f} ms > "
+                    f"{UNBROKEN_LIMIT * 1000:.0f} ms")
+    return _row("hostile: 8 MiB without a space", target, probe, problems, started,
+                f"{len(attacker)} appends of 8 MiB of x (median {mid_attacker:.2f} s); the "
+                f"other tenant's {len(other)} appends of 300 KB: median "
+                f"{mid_other * 1000:.0f} ms, max {worst * 1000:.0f} ms", late)
 
 
 def seed_sessions(count: int) -> Callable[[Any], None]:
@@ -415,21 +517,24 @@ def store_down(s: Served, target: str, kill: Callable[[], None], restart: Callab
     during = [e for e in log if killed + 0.2 < e[0] < back]
     # a 503 with Retry-After, or (a request that waited for a connection while the
     # database came back) a success, each within 2 s
-    bad = [e for e in during if e[1] > 2.0 or e[2] not in (200, 201, 503)
-           or (e[2] == 503 and not e[3])]
+    late: list[str] = []
+    bad = [e for e in during if e[2] not in (200, 201, 503) or (e[2] == 503 and not e[3])]
     if not during:
         problems.append("no request during the outage")
     if bad:
         problems.append(f"{len(bad)} of {len(during)} answers during the outage were not a "
-                        f"503 with Retry-After or a success within 2 s (e.g. {bad[0][2]} in "
+                        f"503 with Retry-After or a success (e.g. {bad[0][2]} in "
                         f"{bad[0][1]:.1f} s)")
-    if any(h != 200 or took > 0.5 for took, h, _ in health):
-        problems.append("/healthz did not answer 200 at once during the outage")
+    over_time("the slowest answer during the outage", max((e[1] for e in during), default=0),
+              2.0, problems, late)
+    if any(h != 200 for _, h, _ in health):
+        problems.append("/healthz did not answer 200 during the outage")
+    over_time("the slowest /healthz during the outage", max((t for t, _, _ in health),
+                                                            default=0), 0.5, problems, late)
     if not any(ready == 503 for _, _, ready in health):
         problems.append("/readyz never answered 503 during the outage")
     resumed = first_ok - back
-    if resumed > 1.0:
-        problems.append(f"appends resumed {resumed:.1f} s after the store was back (> 1 s)")
+    over_time("appends resumed after the store was back", resumed, 1.0, problems, late)
     from chathistory.server import auth  # noqa: F401  (the same package the server runs)
 
     with httpx.Client(base_url=s.url, timeout=30, headers=s.headers("probe")) as c:
@@ -445,9 +550,7 @@ def store_down(s: Served, target: str, kill: Callable[[], None], restart: Callab
     what = (f"{len(during)} answers while down (worst {worst:.2f} s), resumed "
             f"{resumed:.2f} s after the restart, {len(acknowledged)} acknowledged, "
             f"{len(lost)} lost")
-    return Result("hostile: store down", target, 1, 0 if problems else 1, 1 if problems else 0,
-                  time.monotonic() - started, what + ("\n    " + "; ".join(problems)
-                                                      if problems else ""))
+    return timed_row("hostile: store down", target, problems, late, started, what)
 
 
 # ---------------------------------------------------------------- private databases
@@ -616,27 +719,28 @@ def stalled_disk(workdir: Path, freeze: float) -> Result:
         writer_done.set()
         thread.join(30)
     worst = max(health, default=0.0)
-    if worst > 0.1:
-        problems.append(f"/healthz took {worst * 1000:.0f} ms during the freeze")
-    return Result("hostile: stalled disk", "sqlite", 1, 0 if problems else 1,
-                  1 if problems else 0, time.monotonic() - started,
-                  f"fsfreeze {freeze:g} s; /healthz max {worst * 1000:.0f} ms over "
-                  f"{len(health)} requests" + ("\n    " + "; ".join(problems) if problems
-                                               else ""))
+    late: list[str] = []
+    over_time("/healthz during the freeze", worst, 0.1, problems, late)
+    return timed_row("hostile: stalled disk", "sqlite", problems, late, started,
+                     f"fsfreeze {freeze:g} s; /healthz max {worst * 1000:.0f} ms over "
+                     f"{len(health)} requests")
 
 
 def skipped(check: str, target: str, why: str) -> Result:
     return Result(check, target, 0, 0, 0, 0.0, f"skipped: {why}", informational=True)
 
 
-def run(quick: bool = False, only: set[tuple[str, str]] | None = None) -> list[Result]:
-    """Every attack (``only``: those of these (check, target) pairs)."""
+def run(quick: bool = False, only: set[tuple[str, str]] | None = None,
+        skip: set[tuple[str, str]] | None = None) -> list[Result]:
+    """Every attack (``only``: those of these (check, target) pairs; ``skip``: not
+    those)."""
     results: list[Result] = []
     hold = 3.0 if quick else 10.0
     seconds = 3.0 if quick else 10.0
 
     def wanted(check: str, target: str) -> bool:
-        return only is None or (f"hostile: {check}", target) in only
+        pair = (f"hostile: {check}", target)
+        return (only is None or pair in only) and pair not in (skip or set())
 
     with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
         workdir = Path(tmp)
@@ -644,6 +748,7 @@ def run(quick: bool = False, only: set[tuple[str, str]] | None = None) -> list[R
         attacks: dict[str, Callable[[Served], Result]] = {
             "trickling imports": lambda s: trickle(s, "sqlite", hold),
             "9 MB appends": lambda s: big_appends(s, "sqlite", seconds),
+            "8 MiB without a space": lambda s: unbroken_text(s, "sqlite", seconds),
             "amplification, counter names": lambda s: amplification(s, "sqlite", seconds),
             "search scans": lambda s: scan(s, "sqlite", sessions, seconds)}
         sqlite = [attack for name, attack in attacks.items() if wanted(name, "sqlite")]

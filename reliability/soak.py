@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .common import Result
+from .common import GENEROUS, Result
 from .procs import ServerProcess, postgres_reachable, rss_bytes, scratch_schema
 
 INTERVALS = 10
@@ -183,6 +183,9 @@ def judge(samples: list[Sample], target: str, seconds: float,
     bound = max(P99_FACTOR * first, first + slack)
     memory_ok = growth < RSS_GROWTH
     latency_ok = last <= bound
+    # a latency that rose within GENEROUS times the bound is a fault of the harness's
+    # verdict only: a test's machine at load 10-12 moves the p99 of a few seconds so
+    latency_hung = last > GENEROUS * bound
     return [
         Result("soak: requests", target, requests + errors, requests, errors, seconds,
                f"{requests / seconds:.0f} requests/s, loopback"),
@@ -193,7 +196,8 @@ def judge(samples: list[Sample], target: str, seconds: float,
                f"p99 {first * 1000:.1f} ms after warm-up (intervals 2-3), "
                f"{last * 1000:.1f} ms at the end (last two) "
                f"(bound {bound * 1000:.1f} ms); p50 {samples[1].p50 * 1000:.1f} -> "
-               f"{samples[-1].p50 * 1000:.1f} ms"),
+               f"{samples[-1].p50 * 1000:.1f} ms",
+               timing_only=not latency_ok and not latency_hung),
     ]
 
 

@@ -37,6 +37,7 @@ from .model import (
     ToolResult,
 )
 from .model.parts import MediaPart
+from .token_slices import slices
 
 __all__ = [
     "AUDIO_TOKENS_ESTIMATE",
@@ -323,6 +324,11 @@ class EncodingCounter(ChatCounter):
       store made 10-15% more appends a second so (docs/tokens.md), for some 80 MB more
       memory in the process (``share_counts(False)`` turns this off).
 
+    A text over ``SLICE_CHARS`` is counted in slices cut where the pre-tokenizer cuts
+    (the same total), each by the tokenizer above, and a stretch without such a cut by
+    ``bpe-openai`` (``_count_with``): fastokens' and tiktoken's BPE grow faster than a
+    piece's length, and a text without spaces may be one piece.
+
     Special-token text such as ``<|endoftext|>`` inside a message is counted as
     ordinary text, as it is for user input.
     """
@@ -403,20 +409,43 @@ class EncodingCounter(ChatCounter):
             return 0
         if len(text) > OFFLOAD_CHARS and _offload is not None:
             return _offload(self.encoding, text)
+        return self._count_with(self._pick(len(text)), text)
+
+    def _pick(self, size: int) -> Callable[[str], int]:
+        """The tokenizer for a text of ``size`` characters counted now (see the class)."""
         if _sharing:  # else bpe-openai, always
             if not self._crowded():
                 fast = self._fast_count() if _seasoned() else None
                 if fast is not None:
-                    return fast(text)
-            elif len(text) >= SHARED_CHARS:
+                    return fast
+            elif size >= SHARED_CHARS:
                 if self._shared is not None:
-                    return self._shared(text)
+                    return self._shared
                 if not self._shared_asked:
                     self._load_shared_later()
-        count = self._count or self._load()
-        return count(text)
+        return self._count or self._load()
+
+    def _count_with(self, count: Callable[[str], int], text: str) -> int:
+        """``count(text)`` for a text of up to ``SLICE_CHARS`` characters; a longer
+        one in slices cut where the encoding's pre-tokenizer cuts
+        (``token_slices.slices``: the same total), a stretch without such a cut
+        counted whole by ``bpe-openai``, whose count is linear in a piece's length
+        where fastokens' and tiktoken's grow faster. So no text costs more than a
+        bounded amount per character, however long its pieces."""
+        if len(text) <= SLICE_CHARS:
+            return count(text)
+        linear = self._count or self._load()
+        if count is linear:
+            return linear(text)
+        total = 0
+        for start, end in slices(text, SLICE_CHARS):
+            total += (linear if end - start > SLICE_CHARS else count)(text[start:end])
+        return total
 
 
+SLICE_CHARS = 8 * 1024
+"""``EncodingCounter``: a longer text is counted in slices of at most this many
+characters (``count_with``), its stretches without a cut by ``bpe-openai``."""
 OFFLOAD_CHARS = 256 * 1024
 """``EncodingCounter`` texts longer than this go to ``offload_large_texts``' function."""
 _offload: Callable[[str, str], int] | None = None
@@ -440,8 +469,7 @@ def count_here(encoding: str, text: str) -> int:
     counter = _local_counters.get(encoding)
     if counter is None:
         counter = _local_counters[encoding] = EncodingCounter(encoding)
-    count = counter._fast_count() or counter._count or counter._load()
-    return count(text)
+    return counter._count_with(counter._fast_count() or counter._count or counter._load(), text)
 
 
 class ApproxCounter(ChatCounter):

@@ -1,6 +1,9 @@
 """Front door, short: a 100 MB header and 1,100 half-open connections against a real
 server limited to 1,024 open files while another tenant measures it (issue 17,
-items 5 and 9). `python -m reliability --only frontdoor` runs the longer version."""
+items 5 and 9). `python -m reliability --only frontdoor` runs the longer version. Its
+time bounds fail a row here only when missed `common.GENEROUS` times over (a test runs
+on machines at load 10-12: the probe's p99 of 50 ms came out at 64 and 104 ms there;
+issue 43); what does not depend on the machine's speed fails at once."""
 
 from __future__ import annotations
 
@@ -27,5 +30,7 @@ def test_front_door_attacks_leave_the_other_tenant_served() -> None:
             pytest.fail(f"skipped under CI=true: {reasons}")
         pytest.skip(reasons)
     assert {r.check for r in results} == {"frontdoor: 100 MB header", "frontdoor: slowloris"}
-    failed = [r for r in results if not r.passed]
+    for r in results:  # the figures, and the harness's bounds missed on this machine
+        print(f"{r.check}: {r.detail}")
+    failed = [r for r in results if not r.held]
     assert not failed, "\n".join(f"{r.check}: {r.detail}" for r in failed)

@@ -165,7 +165,7 @@ def test_a_body_that_stops_is_408_and_nothing_is_stored(
         got = _raw_append(served_sqlite, sid, [body[:10]], 0, total=len(body))
         assert got.startswith(b"HTTP/1.1 408 "), got
         assert b'"request_timeout"' in got
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 15  # a bound for a hang, at load 12 too
         # and a body that never starts
         got = _raw_append(served_sqlite, sid, [], 0, total=len(body))
         assert got.startswith(b"HTTP/1.1 408 "), got

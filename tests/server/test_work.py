@@ -23,6 +23,7 @@ from chathistory.server.errors import HTTPError
 from chathistory.server.schema import AppendBody
 from chathistory.server.work import StoreHealth, Work, start_processes, store_call
 from chathistory.tokens import (
+    OFFLOAD_CHARS,
     EncodingCounter,
     cached_count,
     count_here,
@@ -36,7 +37,7 @@ def test_a_tenant_past_its_share_is_answered_429_and_others_still_run() -> None:
     release = threading.Event()
 
     async def main() -> tuple[list[object], float]:
-        hog = [asyncio.ensure_future(work.run_as("hog", release.wait, 5)) for _ in range(5)]
+        hog = [asyncio.ensure_future(work.run_as("hog", release.wait, 30)) for _ in range(5)]
         await asyncio.sleep(0.1)  # 2 running, 3 waiting: the queue is full
         with pytest.raises(HTTPError) as refused:
             await work.run_as("hog", time.sleep, 0)
@@ -48,7 +49,8 @@ def test_a_tenant_past_its_share_is_answered_429_and_others_still_run() -> None:
         return await asyncio.gather(*hog), other_took
 
     results, other_took = asyncio.run(main())
-    assert results == [True] * 5 and other_took < 2.0
+    # queued behind the hog, it would wait for its release (30 s); 10 s holds at load 12
+    assert results == [True] * 5 and other_took < 10.0
     assert work.load() == {"tenants": 0, "running": 0, "waiting": 0}  # nothing left behind
     work.shutdown()
 
@@ -75,7 +77,9 @@ def test_the_circuit_answers_at_once_while_the_store_is_down_and_closes_on_succe
         for _ in range(20):  # answered without calling the store
             with pytest.raises(StoreUnavailable):
                 await store_call(work, health, store_method)
-        assert len(calls) == 1 and time.perf_counter() - started < 0.1
+        # without the store (one call), and without waiting for a probe (0.2 s each):
+        # a bound that holds at load 12
+        assert len(calls) == 1 and time.perf_counter() - started < 2.0
         await asyncio.sleep(0.25)
         down = False  # the store is back: the next probe closes the circuit
         assert await store_call(work, health, store_method) == "ok"
@@ -358,3 +362,38 @@ def test_a_heavy_provider_append_is_decoded_elsewhere_too(
         wire.decode_json(json.dumps({"messages": [
             {"role": "user", "parts": [{"type": "text", "text": text}]}]}).encode(),
             AppendBody).messages[0], get_counter("o200k_base"))}
+
+
+def test_a_tenants_long_counts_take_turns_with_another_tenants() -> None:
+    """Tenant A counts four long texts at once (eight slices of ``OFFLOAD_CHARS`` each);
+    tenant B counts one text over ``OFFLOAD_CHARS`` once A's have started. B's count is
+    done first: A has one task at a time in the counting process, and B's slices wait
+    for that one only. (Each long text was one task in a first-come queue: B's waited
+    for all four of A's, as a 300 KB append waited 10-19 s behind 8 MiB of ``x``.)
+    The order of completion, not time."""
+    a_text = "word " * (8 * OFFLOAD_CHARS // 5)
+    b_text = "other words " * (OFFLOAD_CHARS // 10)
+    a, b = "tenant-a", next(f"tenant-b{i}" for i in range(64)
+                            if work._turn(f"tenant-b{i}") is not work._turn("tenant-a"))
+    expected = {a: count_here("o200k_base", a_text), b: count_here("o200k_base", b_text)}
+    done: list[str] = []
+    wrong: list[str] = []
+
+    def count_as(tenant: str, text: str) -> None:
+        work.current_tenant.set(tenant)  # (a thread's own context)
+        if work._count_in_processes("o200k_base", text) != expected[tenant]:
+            wrong.append(tenant)
+        done.append(tenant)
+
+    threads = [threading.Thread(target=count_as, args=(a, a_text)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while not work._turn(a).locked() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    other = threading.Thread(target=count_as, args=(b, b_text))
+    other.start()
+    for thread in [*threads, other]:
+        thread.join(120)
+    assert not wrong and len(done) == 5
+    assert done[0] == b, done

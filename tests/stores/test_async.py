@@ -297,7 +297,9 @@ def assert_fast_failures(call: Callable[[str], Awaitable[object]], sid: str) -> 
         return took_first, time.perf_counter() - started
 
     took_first, took_next = asyncio.run(main())
-    assert took_first < 3.0 and took_next < 0.2, (took_first, took_next)
+    # bounds that hold on a machine at load 12 and that a call waiting for the store
+    # (a connect timeout each) misses: the circuit answers without the store
+    assert took_first < 3.0 and took_next < 2.0, (took_first, took_next)
 
 
 def assert_fast_http_503(store: BaseStore, sid: str) -> None:

@@ -537,10 +537,12 @@ def test_the_connection_stack_never_keeps_a_connection_from_a_waiting_caller(
             if race:  # the caller seems not to wait yet when the connection is given
                 connections._waiting = Flipping(connections._waiting)
             connections.give(conn)
-            thread.join(2)
+            thread.join(30)
             assert connections._stack == []
             taken, waited = got.pop()
-            assert taken is conn and waited < 1.0
+            # handed over (not taken from the pool after pool_timeout, 5 s): a bound that
+            # holds at load 12
+            assert taken is conn and waited < 4.0
         connections._waiting = []
         connections.give(first)
         assert connections._stack == [first]  # idle, nobody waits

@@ -237,11 +237,12 @@ PAINT = """async (text) => {
   box.remove();
   return out;
 }"""
-# 5x the target of issue 17 item 12 (a million hostile characters on screen in
-# under a second, which bench/viewer.py measures): loose enough for a busy CI
-# box, far too tight for a quadratic renderer (the hand-written one took 30 s
-# for 200,000 "[", so minutes for a million).
-LINEAR_BOUND_MS = 5000.0
+# 30x the target of issue 17 item 12 (a million hostile characters on screen in
+# under a second, which bench/viewer.py measures and prints): loose enough for a
+# machine at load 12 (issue 43: tests failed by time there), far too tight for a
+# quadratic renderer (the hand-written one took 30 s for 200,000 "[", so minutes
+# for a million).
+LINEAR_BOUND_MS = 30_000.0
 
 
 @functools.cache

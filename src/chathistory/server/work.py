@@ -39,13 +39,15 @@ import multiprocessing
 import os
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, ParamSpec, TypeVar
 
 from ..dispatch import Dispatch, StoreHealth
-from ..tokens import count_here, offload_large_texts
+from ..token_slices import slices
+from ..tokens import OFFLOAD_CHARS, count_here, offload_large_texts
 from .errors import HTTPError
 
 __all__ = ["HEAVY_BODY", "PROCESSES", "SMALL_BODY", "StoreHealth", "Work", "current_tenant",
@@ -133,26 +135,45 @@ def _pool() -> ProcessPoolExecutor:
         return _processes
 
 
+_TURNS = tuple(threading.Lock() for _ in range(64))
+"""A tenant's turn at the counting processes: one task of a tenant is there at a time
+(tenants share a turn only when their names hash alike, one in 64)."""
+
+
+def _turn(tenant: str | None = None) -> threading.Lock:
+    """The turn of ``tenant`` (None: the request's)."""
+    name = current_tenant.get() if tenant is None else tenant
+    return _TURNS[zlib.crc32(name.encode("utf-8", "surrogatepass")) % len(_TURNS)]
+
+
 def _in_process(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in a counting process; a pool whose process died (killed, out of
-    memory) is replaced once, and ``BrokenProcessPool`` raised if that one dies too."""
+    """``fn(*args)`` in a counting process, in the turn of the request's tenant (so
+    another tenant's task waits for at most one of this tenant's, not for all it
+    sent); a pool whose process died (killed, out of memory) is replaced once, and
+    ``BrokenProcessPool`` raised if that one dies too."""
     global _processes
-    pool = _pool()
-    try:
-        return pool.submit(fn, *args).result()
-    except BrokenProcessPool:
-        with _processes_lock:
-            if _processes is pool:
-                _processes = None
-        pool.shutdown(wait=False)
-        return _pool().submit(fn, *args).result()
+    with _turn():
+        pool = _pool()
+        try:
+            return pool.submit(fn, *args).result()
+        except BrokenProcessPool:
+            with _processes_lock:
+                if _processes is pool:
+                    _processes = None
+            pool.shutdown(wait=False)
+            return _pool().submit(fn, *args).result()
 
 
 def _count_in_processes(encoding: str, text: str) -> int:
-    """In a worker thread: count ``text`` in the counting process (here, should that
-    process die of it)."""
+    """In a worker thread: count ``text`` in the counting process, a slice of at most
+    ``tokens.OFFLOAD_CHARS`` characters at a time, cut where the encoding's
+    pre-tokenizer cuts (the same total; a stretch without such a cut is sent whole and
+    counted there by ``bpe-openai``, linear in its length): a long text takes turns
+    with other tenants' counts rather than holding the process for all of it. Counted
+    here, should that process die of it."""
     try:
-        return _in_process(count_here, encoding, text)
+        return sum(_in_process(count_here, encoding, text[start:end])
+                   for start, end in slices(text, OFFLOAD_CHARS))
     except BrokenProcessPool:
         return count_here(encoding, text)
 
@@ -210,16 +231,31 @@ def _decode_here(body: bytes, type: type[T], counter: str | None
     messages = getattr(value, "messages", None)
     if counter is None or not isinstance(messages, list):
         return value, None
+    offload_large_texts(_defer)  # (this process's own setting: it counts nothing else so)
     try:
         by = get_counter(counter)
         counts: list[dict[str, int] | None] = []
         for message in messages:
             message.token_counts = None
-            cached_count(message, by)
+            try:
+                cached_count(message, by)
+            except _Deferred:  # a text over OFFLOAD_CHARS: the worker thread counts the
+                message.token_counts = None  # message, its long texts sent back here
+                # in slices that take turns with other tenants' (_count_in_processes)
             counts.append(message.token_counts)
     except Exception:  # a counter this process cannot make, a message it cannot count:
         return value, None  # the append counts as it would have
+    finally:
+        offload_large_texts(None)
     return value, counts
+
+
+class _Deferred(Exception):
+    """A text too long to count inside a decoding task (``_decode_here``)."""
+
+
+def _defer(encoding: str, text: str) -> int:
+    raise _Deferred
 
 
 async def store_call(work: Work, health: StoreHealth, fn: Callable[P, T], /, *args: P.args,
