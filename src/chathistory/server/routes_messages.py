@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -23,7 +23,7 @@ from ..window import WindowPlan
 from .app import Context, Endpoint, Param, call_store, run
 from .errors import BadRequest, HTTPError
 from .ops import QUERY_COUNTER, counter_for, plan_window, reduce_session
-from .references import check_references
+from .references import check_references, media
 from .routes_sessions import SESSION, guarded
 from .schema import (
     MAX_MESSAGES_PER_APPEND,
@@ -360,7 +360,7 @@ def _check_inline(messages: list[Message], limit: int) -> None:
     the resolver checks the bytes it actually loads)."""
     first: dict[str, str] = {}
     total = 0
-    for path, attachment in _attachments(messages):
+    for path, attachment in media(messages):
         if attachment.data is not None:  # inline in the message itself
             total += len(attachment.data)
         elif attachment.sha256 in first:
@@ -373,18 +373,6 @@ def _check_inline(messages: list[Message], limit: int) -> None:
         if total > limit:
             raise _inline_error(f"the attachments up to {path} come to over {limit} bytes, "
                                 "the limit of one response")
-
-
-def _attachments(messages: list[Message]) -> Iterator[tuple[str, Attachment]]:
-    """Every attachment of ``messages`` with its path (``$[3].parts[1].attachment``)."""
-    for i, message in enumerate(messages):
-        for j, part in enumerate(message.parts):
-            if isinstance(part, MediaPart) and part.attachment is not None:
-                yield f"$[{i}].parts[{j}].attachment", part.attachment
-            elif isinstance(part, ToolResult) and not isinstance(part.content, str):
-                for k, item in enumerate(part.content):
-                    if isinstance(item, MediaPart) and item.attachment is not None:
-                        yield f"$[{i}].parts[{j}].content[{k}].attachment", item.attachment
 
 
 async def _formatted(ctx: Context, fmt: str, messages: list[Message]) -> Any:

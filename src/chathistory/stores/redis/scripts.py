@@ -15,6 +15,26 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
+
+def _write_rows(first: int, nrows: int, ncalls: int) -> str:
+    """Lua writing the rows and calls given from ``ARGV[first]`` on (``(seq id cum kept
+    payload)*`` then ``(call_id seq)*``, as many as ``ARGV[nrows]`` and ``ARGV[ncalls]``
+    say) into KEYS rows ids cum kept calls (2-6); leaves ``p`` at the ARGV after them."""
+    return f"""local p = {first}
+for k = 1, tonumber(ARGV[{nrows}]) do
+  local at = ARGV[p]
+  redis.call('HSET', KEYS[2], at, ARGV[p + 4])
+  redis.call('ZADD', KEYS[3], at, ARGV[p + 1])
+  redis.call('ZADD', KEYS[4], ARGV[p + 2], string.format('%012d', tonumber(at)))
+  if ARGV[p + 3] == '1' then redis.call('ZADD', KEYS[5], at, at) end
+  p = p + 5
+end
+for k = 1, tonumber(ARGV[{ncalls}]) do
+  redis.call('ZADD', KEYS[6], ARGV[p + 1], ARGV[p])
+  p = p + 2
+end
+"""
+
 # KEYS: session rows ids cum kept calls refs.  ARGV: v i r json new_v clear_lo clear_hi
 # nrows ncalls nrefs, then (seq id cum kept payload)*, (call_id seq)*, sha*.
 # 0: the session is not at v i r, or held (HOLD); -1: a row's id is stored already (an
@@ -33,20 +53,7 @@ for seq = tonumber(ARGV[6]), tonumber(ARGV[7]) - 1 do
   if row then redis.call('HSET', KEYS[2], tostring(seq), string.sub(row, 1, 1) .. '0' ..
                          string.sub(row, 3)) end
 end
-local p = 11
-for k = 1, tonumber(ARGV[8]) do
-  local seq = ARGV[p]
-  redis.call('HSET', KEYS[2], seq, ARGV[p + 4])
-  redis.call('ZADD', KEYS[3], seq, ARGV[p + 1])
-  redis.call('ZADD', KEYS[4], ARGV[p + 2], string.format('%012d', tonumber(seq)))
-  if ARGV[p + 3] == '1' then redis.call('ZADD', KEYS[5], seq, seq) end
-  p = p + 5
-end
-for k = 1, tonumber(ARGV[9]) do
-  redis.call('ZADD', KEYS[6], ARGV[p + 1], ARGV[p])
-  p = p + 2
-end
-for k = 1, tonumber(ARGV[10]) do
+""" + _write_rows(11, 8, 9) + """for k = 1, tonumber(ARGV[10]) do
   redis.call('SADD', KEYS[7], ARGV[p])
   p = p + 1
 end
@@ -150,20 +157,7 @@ end
 for _, key in ipairs({KEYS[3], KEYS[5], KEYS[6]}) do
   redis.call('ZREMRANGEBYSCORE', key, seq, '+inf')
 end
-local p = 7
-for k = 1, tonumber(ARGV[5]) do
-  local at = ARGV[p]
-  redis.call('HSET', KEYS[2], at, ARGV[p + 4])
-  redis.call('ZADD', KEYS[3], at, ARGV[p + 1])
-  redis.call('ZADD', KEYS[4], ARGV[p + 2], string.format('%012d', tonumber(at)))
-  if ARGV[p + 3] == '1' then redis.call('ZADD', KEYS[5], at, at) end
-  p = p + 5
-end
-for k = 1, tonumber(ARGV[6]) do
-  redis.call('ZADD', KEYS[6], ARGV[p + 1], ARGV[p])
-  p = p + 2
-end
-redis.call('HSET', KEYS[1], 'v', ARGV[3], 'j', ARGV[4])
+""" + _write_rows(7, 5, 6) + """redis.call('HSET', KEYS[1], 'v', ARGV[3], 'j', ARGV[4])
 redis.call('HSET', KEYS[2], 'j', ARGV[4])
 return 1
 """
