@@ -24,12 +24,15 @@ __all__ = ["cache_request_fields", "check_cache_plan"]
 
 
 def cache_request_fields(plan: CachePlan) -> dict[str, Any]:
-    """``{"prompt_cache_key": ...}`` for an OpenAI plan made with a session id, else
-    ``{}``: ``client.chat.completions.create(model=..., messages=...,
+    """``{"prompt_cache_key": ...}`` for an OpenAI plan made with a session id, and
+    ``"prompt_cache_retention": "24h"`` for one made with ``ttl="24h"``; else ``{}``: ``client.chat.completions.create(model=..., messages=...,
     **cache_request_fields(plan))``, the same for ``client.responses.create``."""
+    fields: dict[str, Any] = {}
     if plan.provider == "openai" and plan.prompt_cache_key is not None:
-        return {"prompt_cache_key": plan.prompt_cache_key}
-    return {}
+        fields["prompt_cache_key"] = plan.prompt_cache_key
+    if plan.provider == "openai" and plan.ttl == "24h":  # extended retention
+        fields["prompt_cache_retention"] = "24h"
+    return fields
 
 
 def check_cache_plan(plan: CachePlan, messages: Sequence[Message], provider: str) -> None:
