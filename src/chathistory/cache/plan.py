@@ -105,6 +105,10 @@ class CachePlan:
     """Anthropic: each breakpoint's TTL, in ``breakpoint_ids`` order (longest first)."""
     entry_ttls: tuple[str, ...] = ()
     """Each entry's TTL, in ``entries`` order (empty: ``ttl`` for all)."""
+    entry_at: tuple[float, ...] = ()
+    """When each entry was last written or read, in ``entries`` order (empty: ``at`` for
+    all). With a clock, an earlier turn's entry this turn neither marks nor reads stays
+    an entry, with its time, until it expires."""
     written_by_ttl: tuple[tuple[str, int], ...] = ()
     """Tokens written per TTL (empty: all of ``tokens_written`` at ``ttl``)."""
     gaps: tuple[float, ...] = ()
@@ -152,7 +156,15 @@ class CachePlan:
         when = _seconds(at, "at")
         if when is None or self.at is None:
             return True
-        return when - self.at <= self.rules.lifetime(self.entry_ttl(position))
+        return when - self.entry_time(position) <= self.rules.lifetime(self.entry_ttl(position))
+
+    def entry_time(self, position: int) -> float:
+        """When the entry ``entries[position]`` was last written or read (the plan's
+        ``at`` unless an earlier turn's)."""
+        if self.entry_at:
+            return self.entry_at[position]
+        assert self.at is not None, "a plan without a time has no entry times"
+        return self.at
 
     def cached_tokens(self, at: float | datetime | None = None) -> int:
         """Tokens the provider holds for this prompt once the turn is sent, or at time
@@ -444,12 +456,31 @@ def _plan_anthropic(ordered: list[Message], base: dict[str, object], rules: Cach
         if end > done:
             by_ttl[chosen_ttl] = by_ttl.get(chosen_ttl, 0) + end - done
             done = end
+    entries = _entries(chosen, ttls, valid, read_entry, previous, base["at"])  # type: ignore[arg-type]
     ids: tuple[str, ...] = base["message_ids"]  # type: ignore[assignment]
     return CachePlan(**base, breakpoint_ids=tuple(ids[i] for i in chosen),  # type: ignore[arg-type]
-                     prompt_cache_key=None, entries=tuple(chosen), tokens_read=read,
-                     tokens_written=written, tokens_uncached=total - read - written,
-                     breakpoint_ttls=tuple(ttls), entry_ttls=tuple(ttls),
+                     prompt_cache_key=None, entries=tuple(i for i, _, _ in entries),
+                     tokens_read=read, tokens_written=written,
+                     tokens_uncached=total - read - written, breakpoint_ttls=tuple(ttls),
+                     entry_ttls=tuple(t for _, t, _ in entries),
+                     entry_at=tuple(w for _, _, w in entries) if base["at"] is not None else (),
                      written_by_ttl=tuple(sorted(by_ttl.items())))
+
+
+def _entries(chosen: list[int], ttls: list[str], valid: list[int], read_entry: int | None,
+             previous: CachePlan | None, at: float | None) -> list[tuple[int, str, float]]:
+    """``(index, ttl, last written or read)`` of each entry once this turn is sent: the
+    breakpoints (written or renewed now) and, with a clock on both plans, the earlier
+    entries still valid (the one read renewed now, the others as they were). Without a
+    clock only the breakpoints (the entries not marked again are not counted on)."""
+    now = at if at is not None else 0.0
+    held = {i: (t, now) for i, t in zip(chosen, ttls, strict=True)}
+    if at is not None and previous is not None and previous.at is not None:
+        for k, i in enumerate(previous.entries):
+            if i in valid and i not in held:
+                held[i] = (previous.entry_ttl(k),
+                           now if i == read_entry else previous.entry_time(k))
+    return [(i, *held[i]) for i in sorted(held)]
 
 
 def _valid_entries(previous: CachePlan | None, shared: int, eligible: list[int],
