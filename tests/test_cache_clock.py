@@ -74,6 +74,19 @@ def test_a_read_renews_the_entry() -> None:
     assert all(second.entry_time(k) == 240.0 for k in range(len(second.entries)))
 
 
+def test_an_earlier_1h_entry_outlives_the_5m_ones_after_it() -> None:
+    """An entry this turn neither marks nor reads stays held until its own TTL runs out:
+    after a 15-minute pause the 5-minute entries are gone and the 1-hour one written two
+    turns before (and read, so renewed, by the turn between) is read."""
+    msgs = _chat(3)
+    first = _anthropic(msgs[:3], now=0.0, ttl="1h")
+    second = _anthropic(msgs[:5], first, now=60.0, ttl="5m")
+    assert "a0" not in second.breakpoint_ids and second.tokens_read == first.total_tokens
+    third = _anthropic(msgs, second, now=960.0, ttl="5m")
+    assert third.tokens_read == first.total_tokens
+    assert _anthropic(msgs, second, now=60.0 + 3601.0, ttl="5m").tokens_read == 0
+
+
 def test_a_gap_between_5_and_60_minutes_chooses_1h() -> None:
     msgs = _chat(2)
     for gap, expected in ((60.0, "5m"), (1200.0, "1h"), (7200.0, "5m")):
