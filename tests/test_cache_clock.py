@@ -137,7 +137,7 @@ def test_times_as_datetimes_and_a_clock_going_back() -> None:
     when = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
     plan = _anthropic(msgs, now=when)
     assert plan.at == when.timestamp()
-    with pytest.raises(ValueError, match="now .* is before the previous plan"):
+    with pytest.raises(ValueError, match=r"now .* is before the previous plan"):
         _anthropic(msgs, plan, now=when.timestamp() - 1)
     with pytest.raises(TypeError, match="now must be epoch seconds"):
         _anthropic(msgs, now="yesterday")

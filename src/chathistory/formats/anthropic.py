@@ -36,7 +36,7 @@ Mapping, both directions:
   ``cache_breakpoint_id`` adds ``{"type": "ephemeral"}`` on the last block (not a
   thinking block) of each message it names, keeping a block's own. ``cache_plan`` (a
   ``chathistory.cache.CachePlan`` for Anthropic) adds its breakpoints the same way,
-  with ``"ttl": "1h"`` when the plan's TTL is one hour. More than four breakpoints
+  each with its TTL (``"ttl": "1h"`` where the plan chose one hour). More than four breakpoints
   raise. ``Message.name`` has no field and is not sent.
 """
 
