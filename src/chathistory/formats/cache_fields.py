@@ -2,9 +2,10 @@
 fits the messages it is sent with.
 
 OpenAI's ``prompt_cache_key`` (and ``prompt_cache_retention`` for the 24-hour TTL) is a
-field of the request (Chat Completions and Responses alike), not of a message, so the encoders of messages cannot carry it:
-``cache_request_fields(plan)`` gives the fields to spread into the request (the
-request builders of ``chathistory.formats.requests`` do so). Anthropic's breakpoints
+field of the request (Chat Completions and Responses alike), not of a message, so the
+encoders of messages cannot carry it: ``cache_request_fields(plan)`` gives the fields
+to spread into the request (the request builders of ``chathistory.formats.requests`` do
+so). Anthropic's breakpoints
 go on blocks (``to_anthropic(messages, cache_plan=plan)``) and Gemini's implicit
 cache needs no field, so both give ``{}``.
 """
