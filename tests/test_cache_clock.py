@@ -105,6 +105,11 @@ def test_a_gap_between_5_and_60_minutes_chooses_1h() -> None:
         "5m"}
     # no gap known (a first plan, no hint): the default TTL
     assert set(_anthropic(msgs, now=0.0).breakpoint_ttls) == {"5m"}
+    # no time for this request: as before the clock, whatever the gaps seen before
+    timed = _anthropic(msgs, _anthropic(msgs[:3], now=0.0), now=1200.0)
+    assert timed.gaps == (1200.0,) and set(timed.breakpoint_ttls) == {"1h"}
+    untimed = _anthropic(msgs, timed)
+    assert set(untimed.breakpoint_ttls) == {"5m"} and untimed.assumes_no_expiry
 
 
 def test_mostly_short_gaps_with_pauses_give_the_head_1h_and_the_tail_5m() -> None:

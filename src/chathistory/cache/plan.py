@@ -328,7 +328,7 @@ def _clock(at: float | None, previous: CachePlan | None, provider: str,
             raise ValueError(f"now ({at}) is before the previous plan's time ({before.at})")
         gaps = (*gaps, at - before.at)[-KEPT_GAPS:]
     no_expiry = at is None or (before is not None and before.at is None)
-    expect = (expected_gap,) if expected_gap is not None else gaps
+    expect = (expected_gap,) if expected_gap is not None else gaps if at is not None else ()
     return gaps, no_expiry, expect
 
 
