@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import cache, foundation, search, service, stores, window, writes
+from . import cache, cache_clock, foundation, search, service, stores, window, writes
 
 SUITES: dict[str, Callable[..., dict[str, Any]]] = {
     "foundation": foundation.run,
@@ -20,6 +20,7 @@ SUITES: dict[str, Callable[..., dict[str, Any]]] = {
     "stores": stores.run,
     "writes": writes.run,
     "cache": cache.run,
+    "cache_clock": cache_clock.run,
     "search": search.run,
 }
 ON_REQUEST = {"search"}

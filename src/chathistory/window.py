@@ -40,6 +40,7 @@ a resumed session restores its layout without re-tokenizing.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -159,8 +160,11 @@ class ContextWindow:
 
     # ------------------------------------------------------------------ planning
 
-    def plan(self, history: Sequence[Message]) -> WindowPlan:
-        """Lay out this turn's prompt from ``history`` (a ``History`` or a list)."""
+    def plan(self, history: Sequence[Message], now: float | datetime | None = None) -> WindowPlan:
+        """Lay out this turn's prompt from ``history`` (a ``History`` or a list). ``now``
+        (epoch seconds or a ``datetime``), with ``cache=``: the time of this request, so
+        the cache plan and the cost-aware cut count entries expired since the last turn
+        (``plan_cache(now=...)``); without it they assume none did."""
         counter = self.counter
         evicted = self._evicted
         self._live = self._candidates(history)
@@ -210,7 +214,7 @@ class ContextWindow:
                     start = evict_from(head, self.low_water_tokens)
                 else:
                     mid, start = self._cheapest_cut(live, rest, sizes, total, head,
-                                                    [e for _, e, _ in spans], evict_from)
+                                                    [e for _, e, _ in spans], evict_from, now)
             keep = {id(rest[i]) for i in groups.sendable(0, mid)}
             keep.update(id(rest[i]) for i in groups.sendable(start, len(rest)))
             prompt = [m for m in live if m.role in self.keep_roles or id(m) in keep]
@@ -246,7 +250,7 @@ class ContextWindow:
             rules = self.cache_rules
             cache_plan = self._cache_plan = plan_cache(
                 prompt, provider=rules.provider, model=rules.model, counter=counter,
-                previous=self._cache_plan, rules=rules, pinned=head_count)
+                previous=self._cache_plan, rules=rules, pinned=head_count, now=now)
             self._last_total = total
         return WindowPlan(
             messages=prompt,
@@ -261,7 +265,8 @@ class ContextWindow:
 
     def _cheapest_cut(self, live: list[Message], rest: list[Message], sizes: dict[str, int],
                       total: int, head: int, span_ends: list[int],
-                      evict_from: Callable[[int, int], int]) -> tuple[int, int]:
+                      evict_from: Callable[[int, int], int],
+                      now: float | datetime | None = None) -> tuple[int, int]:
         """``(mid, start)``: keep the tail's groups before ``mid`` and from ``start`` on,
         the cut among a few candidates whose expected price per prompt token of the
         cycle it starts (``_expected_price``) is lowest under the provider's rules (a
@@ -285,9 +290,10 @@ class ContextWindow:
             if previous is None:
                 return 0
             try:
-                return previous.cached_tokens() - previous.invalidated_by(rest[mid].id)
+                return (previous.cached_tokens(now)
+                        - previous.invalidated_by(rest[mid].id, now))
             except NotFound:  # not in the last prompt: all before it is as it was
-                return previous.cached_tokens()
+                return previous.cached_tokens(now)
 
         candidates = [(head, evict_from(head, low))]
         deeper = low - (top - low) // 2

@@ -83,3 +83,38 @@ def test_gemini_implicit_cache_needs_no_field() -> None:
     plan = plan_cache(msgs, provider="gemini", model="gemini-2.5-pro", counter="approx")
     assert cache_request_fields(plan) == {}
     check_gemini(to_gemini(msgs))
+
+
+def test_mixed_ttls_go_on_their_breakpoints_longest_first() -> None:
+    """A plan that chose 1h for the pinned head and 5m after it (``plan_cache(now=...,
+    expected_gap=...)``): each block carries its breakpoint's ttl, the 1h ones first, and
+    the request passes the SDK's types."""
+    msgs = _agent_turn()
+    first = plan_cache(msgs[:4], provider="anthropic", model="claude-sonnet-4-5",
+                       counter="approx", now=0.0, pinned=2)
+    plan, at = first, 0.0
+    for step in range(1, 6):  # gaps: 4 short, 1 past 5 minutes
+        at += 900.0 if step == 3 else 60.0
+        plan = plan_cache(msgs[:4 + 2 * step], provider="anthropic", model="claude-sonnet-4-5",
+                          counter="approx", now=at, previous=plan, pinned=2)
+    # then a long message: its new tokens are read once, cheaper written at 5m
+    prompt = [*msgs[:14], Message.user("Here is the log. " * 800, id="log")]
+    plan = plan_cache(prompt, provider="anthropic", model="claude-sonnet-4-5", counter="approx",
+                      now=at + 60.0, previous=plan, pinned=2)
+    assert plan.breakpoint_ttls[0] == "1h" and plan.breakpoint_ttls[-1] == "5m"
+    request = to_anthropic(prompt, cache_plan=plan)
+    check_anthropic(request)
+    assert _marked(request) == [{"type": "ephemeral", "ttl": "1h"} if t == "1h"
+                                else {"type": "ephemeral"} for t in plan.breakpoint_ttls]
+
+
+def test_openai_extended_retention_is_a_request_field() -> None:
+    msgs = _agent_turn()
+    plan = plan_cache(msgs, provider="openai", model="gpt-5", session_id="s", ttl="24h",
+                      counter="approx", now=0.0)
+    fields = cache_request_fields(plan)
+    assert fields == {"prompt_cache_key": plan.prompt_cache_key, "prompt_cache_retention": "24h"}
+    chat = {"model": "gpt-5", "messages": to_openai_chat(msgs), **fields}
+    assert_sdk_valid(CompletionCreateParamsNonStreaming, chat)
+    responses = {"model": "gpt-5", "input": to_openai_responses(msgs), **fields}
+    assert_sdk_valid(ResponseCreateParamsNonStreaming, responses)

@@ -22,6 +22,17 @@ provider holds cache entries now, and says:
   messages the caller's explicit cache holds (``explicit_cache_messages``), which
   ``chathistory.formats.gemini_request(cached_content=...)`` leaves out.
 
+The clock (``now=``, the time of this request): the previous plan says when its
+entries were last written or read (its own ``at``) and with which TTL, so an entry
+unread for longer than its TTL (``CacheRules.ttl_seconds``: Anthropic 5 minutes or 1
+hour, renewed by every read; OpenAI's in-memory retention, 5 minutes predicted, or
+``24h``; Gemini's implicit cache, 5 minutes assumed) is predicted gone: the request
+writes that prefix again instead of reading it. Under Anthropic's rules, with ``ttl``
+left to the plan and a gap to expect (``expected_gap=``, else the gaps observed so far),
+each breakpoint gets the TTL whose expected cost is lower (``choose_ttls``), the 1-hour
+ones before the 5-minute ones as the API requires. Without ``now`` the plan is today's
+and says so: ``assumes_no_expiry``.
+
 Token counts come from ``chathistory.tokens`` (``cached_count``): the counter's
 per-message accounting, so the plan's numbers are estimates of the provider's.
 Tool definitions, which precede the messages in a request, are not modelled.
@@ -32,6 +43,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from ..errors import NotFound
 from ..formats._common import reasoning_owner
@@ -41,6 +53,12 @@ from ..tokens import TokenCounter, cached_count, get_counter
 from .rules import CacheRules, cache_rules
 
 __all__ = ["CachePlan", "plan_cache", "prompt_cache_key"]
+
+KEPT_GAPS = 32
+"""Gaps between requests a plan remembers (the newest), for the TTL choice."""
+HEAD_READS = 8
+"""Reads expected of an entry in the pinned head (it stays in later prompts), in the TTL
+choice; an entry after the head is expected to be read once (the next request)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +98,26 @@ class CachePlan:
     """How many leading messages of the prompt (in ``message_ids`` order) are the
     caller's pinned head (``plan_cache(pinned=...)``); Anthropic: the last of them that
     may hold a breakpoint holds one."""
+    at: float | None = None
+    """The time of this request (``plan_cache(now=...)``, epoch seconds): every entry
+    of the plan was written or read then. None: the plan knows no time."""
+    breakpoint_ttls: tuple[str, ...] = ()
+    """Anthropic: each breakpoint's TTL, in ``breakpoint_ids`` order (longest first)."""
+    entry_ttls: tuple[str, ...] = ()
+    """Each entry's TTL, in ``entries`` order (empty: ``ttl`` for all)."""
+    entry_at: tuple[float, ...] = ()
+    """When each entry was last written or read, in ``entries`` order (empty: ``at`` for
+    all). With a clock, an earlier turn's entry this turn neither marks nor reads stays
+    an entry, with its time, until it expires."""
+    written_by_ttl: tuple[tuple[str, int], ...] = ()
+    """Tokens written per TTL (empty: all of ``tokens_written`` at ``ttl``)."""
+    gaps: tuple[float, ...] = ()
+    """Seconds between the latest requests (at most ``KEPT_GAPS``, oldest first)."""
+    assumes_no_expiry: bool = True
+    """Whether the prediction assumes that no entry expired: no ``now``, or a previous
+    plan without one. False when the plan applied the TTLs."""
+    explicit_cache_expires_at: float | None = None
+    """Gemini: when the explicit cache expires (its creation plus its TTL), if known."""
 
     @property
     def provider(self) -> str:
@@ -100,29 +138,55 @@ class CachePlan:
     @property
     def cost(self) -> float:
         """The turn's input cost in uncached-token equivalents:
-        ``read * read_multiplier + written * write_multiplier + uncached``."""
-        return (self.tokens_read * self.read_multiplier
-                + self.tokens_written * self.write_multiplier + self.tokens_uncached)
+        ``read * read_multiplier + written * write_multiplier + uncached``, each TTL's
+        writes at its own multiplier."""
+        if self.written_by_ttl:
+            written = sum(n * self.rules.write_multiplier[t] for t, n in self.written_by_ttl)
+        else:
+            written = self.tokens_written * self.write_multiplier
+        return self.tokens_read * self.read_multiplier + written + self.tokens_uncached
 
-    def cached_tokens(self) -> int:
-        """Tokens the provider holds for this prompt once the turn is sent."""
-        if not self.entries:
-            return 0
-        return self._entry_tokens(max(self.entries))
+    def entry_ttl(self, position: int) -> str:
+        """The TTL of the entry ``entries[position]``."""
+        return self.entry_ttls[position] if self.entry_ttls else self.ttl
 
-    def invalidated_by(self, message_id: str) -> int:
+    def alive(self, position: int, at: float | datetime | None) -> bool:
+        """Whether the entry ``entries[position]`` is still held at time ``at`` (always,
+        when either time is unknown): unread for at most its TTL's lifetime."""
+        when = _seconds(at, "at")
+        if when is None or self.at is None:
+            return True
+        return when - self.entry_time(position) <= self.rules.lifetime(self.entry_ttl(position))
+
+    def entry_time(self, position: int) -> float:
+        """When the entry ``entries[position]`` was last written or read (the plan's
+        ``at`` unless an earlier turn's)."""
+        if self.entry_at:
+            return self.entry_at[position]
+        assert self.at is not None, "a plan without a time has no entry times"
+        return self.at
+
+    def cached_tokens(self, at: float | datetime | None = None) -> int:
+        """Tokens the provider holds for this prompt once the turn is sent, or at time
+        ``at`` (entries unread past their TTL gone; needs the plan's ``now``)."""
+        held = [i for k, i in enumerate(self.entries) if self.alive(k, at)]
+        return self._entry_tokens(max(held)) if held else 0
+
+    def invalidated_by(self, message_id: str, at: float | datetime | None = None) -> int:
         """Cached tokens that editing (or removing) ``message_id`` would lose: what the
-        provider holds after this turn, less the longest entry ending before it.
-        Raises ``NotFound`` for a message not in the prompt."""
+        provider holds after this turn (or at time ``at``), less the longest entry
+        ending before it. Raises ``NotFound`` for a message not in the prompt."""
         try:
             index = self.message_ids.index(message_id)
         except ValueError:
             raise NotFound(f"message {message_id!r} is not in the planned prompt") from None
         if self.rules.max_breakpoints:  # entries only where breakpoints were
-            kept = max((self._entry_tokens(i) for i in self.entries if i < index), default=0)
+            kept = max((self._entry_tokens(i) for k, i in enumerate(self.entries)
+                        if i < index and self.alive(k, at)), default=0)
         else:  # automatic caching matches any prefix, in increments
-            kept = self.rules.cacheable(self.prefix_tokens[index - 1]) if index else 0
-        return self.cached_tokens() - kept
+            held = bool(self.entries) and self.alive(0, at)
+            kept = self.rules.cacheable(self.prefix_tokens[index - 1]) if index and held else 0
+        return self.cached_tokens(at) - kept
 
     def _entry_tokens(self, index: int) -> int:
         return self.rules.cacheable(self.prefix_tokens[index])
@@ -160,6 +224,9 @@ def plan_cache(
     rules: CacheRules | None = None,
     explicit_cache_messages: int | None = None,
     pinned: int = 0,
+    now: float | datetime | None = None,
+    expected_gap: float | None = None,
+    explicit_cache_ttl: float | None = None,
 ) -> CachePlan:
     """The cache plan for sending ``messages`` to ``model`` of ``provider``
     (``anthropic``, ``openai``, ``gemini``), given the ``previous`` turn's plan.
@@ -179,14 +246,25 @@ def plan_cache(
     (``WindowPlan.head_count`` of a ``ContextWindow``): under Anthropic's rules a
     breakpoint goes on the last of them that can hold one, once they reach the
     minimum, so a later turn that drops messages after them still reads them all.
+    ``now`` is the time of this request (epoch seconds or a ``datetime``; not before the
+    ``previous`` plan's): entries of ``previous`` unread for longer than their TTL are
+    predicted expired, and the plan records ``now`` for the next. ``expected_gap``
+    (seconds to the next request) is the caller's hint for the TTL choice; without it the
+    gaps observed so far are used. Anthropic: with ``ttl`` None and a gap to expect, each
+    breakpoint gets the cheaper TTL by expected cost (``choose_ttls``); a ``ttl`` given
+    applies to all. ``explicit_cache_ttl`` (Gemini) is the lifetime of the explicit cache
+    made now (the rules' default, 60 minutes, unless given).
     """
     if rules is None:
         rules = cache_rules(provider, model)
     elif rules.provider != provider:
         raise ValueError(f"rules for {rules.provider!r} given for provider {provider!r}")
+    choose = ttl is None
     ttl = ttl or rules.ttls[0]
     if ttl not in rules.ttls:
         raise ValueError(f"{provider} caches for {rules.ttls}, not {ttl!r}")
+    at = _seconds(now, "now")
+    clock = _clock(at, previous, provider, expected_gap)
     token_counter = get_counter(counter)
     ordered = _request_order(messages, provider)
     prefix: list[int] = []
@@ -197,11 +275,18 @@ def plan_cache(
     ids = tuple(m.id for m in ordered)
     prints = tuple(_fingerprint(m) for m in ordered)
     shared = _shared_prefix(prints, previous, provider)
-    explicit = _explicit_cache(explicit_cache_messages, previous, shared, provider, len(ordered))
+    explicit = _explicit_cache(explicit_cache_messages, previous, shared, provider, len(ordered),
+                               at)
+    expires = _explicit_expiry(explicit, explicit_cache_messages, previous, at, rules,
+                               explicit_cache_ttl)
     base = {"rules": rules, "ttl": ttl, "message_ids": ids, "fingerprints": prints,
-            "prefix_tokens": tuple(prefix), "pinned": _pinned_prefix(messages, ordered, pinned)}
+            "prefix_tokens": tuple(prefix), "pinned": _pinned_prefix(messages, ordered, pinned),
+            "at": at, "gaps": clock[0], "assumes_no_expiry": clock[1]}
     if provider == "anthropic":
-        return _plan_anthropic(ordered, base, rules, previous, shared)
+        expect = clock[2] if choose and len(rules.ttls) > 1 else ()
+        return _plan_anthropic(ordered, base, rules, previous, shared, expect)
+    if previous is not None and previous.entries and not previous.alive(0, at):
+        shared = 0  # the previous prompt's prefix expired unread
     read = rules.cacheable(prefix[shared - 1]) if shared else 0
     pays_off: bool | None = None
     if provider == "gemini":
@@ -212,10 +297,39 @@ def plan_cache(
                         > storage * cache_hours)
     entries = (len(ordered) - 1,) if total >= rules.min_tokens else ()
     return CachePlan(**base, breakpoint_ids=(), entries=entries,  # type: ignore[arg-type]
+                     entry_ttls=(ttl,) * len(entries),
                      prompt_cache_key=(prompt_cache_key(session_id)
                                        if provider == "openai" and session_id else None),
                      tokens_read=read, tokens_written=0, tokens_uncached=total - read,
-                     explicit_cache_pays_off=pays_off, explicit_cache_messages=explicit)
+                     explicit_cache_pays_off=pays_off, explicit_cache_messages=explicit,
+                     explicit_cache_expires_at=expires)
+
+
+def _seconds(when: float | datetime | None, name: str) -> float | None:
+    """A time as epoch seconds (None stays None)."""
+    if when is None:
+        return None
+    if isinstance(when, datetime):
+        return when.timestamp()
+    if isinstance(when, bool) or not isinstance(when, int | float):
+        raise TypeError(f"{name} must be epoch seconds or a datetime, not {type(when).__name__}")
+    return float(when)
+
+
+def _clock(at: float | None, previous: CachePlan | None, provider: str,
+           expected_gap: float | None) -> tuple[tuple[float, ...], bool, tuple[float, ...]]:
+    """``(gaps kept, assumes_no_expiry, gaps to expect)`` for a plan at time ``at``."""
+    if expected_gap is not None and not expected_gap >= 0:
+        raise ValueError(f"expected_gap must be seconds >= 0, not {expected_gap!r}")
+    before = previous if previous is not None and previous.provider == provider else None
+    gaps = before.gaps if before is not None else ()
+    if at is not None and before is not None and before.at is not None:
+        if at < before.at:
+            raise ValueError(f"now ({at}) is before the previous plan's time ({before.at})")
+        gaps = (*gaps, at - before.at)[-KEPT_GAPS:]
+    no_expiry = at is None or (before is not None and before.at is None)
+    expect = (expected_gap,) if expected_gap is not None else gaps if at is not None else ()
+    return gaps, no_expiry, expect
 
 
 def _request_order(messages: Sequence[Message], provider: str) -> list[Message]:
@@ -245,17 +359,35 @@ def _pinned_prefix(messages: Sequence[Message], ordered: list[Message], pinned: 
 
 
 def _explicit_cache(given: int | None, previous: CachePlan | None, shared: int, provider: str,
-                    count: int) -> int:
+                    count: int, at: float | None) -> int:
     """The plan's ``explicit_cache_messages``: the caller's count, else the previous
-    plan's while the prompt still starts with the messages it holds."""
+    plan's while the prompt still starts with the messages it holds and the cache has
+    not expired."""
     if given is None:
         held = previous.explicit_cache_messages if previous is not None else 0
+        expires = previous.explicit_cache_expires_at if previous is not None else None
+        if at is not None and expires is not None and at > expires:
+            return 0
         return held if held <= shared else 0
     if given and provider != "gemini":
         raise ValueError(f"explicit caches are Gemini's, not {provider}'s")
     if not 0 <= given <= count:
         raise ValueError(f"an explicit cache of {given} messages, but the prompt has {count}")
     return given
+
+
+def _explicit_expiry(explicit: int, given: int | None, previous: CachePlan | None,
+                     at: float | None, rules: CacheRules, ttl: float | None) -> float | None:
+    """When the plan's explicit cache expires: made now (``given``) at ``now`` plus its
+    TTL; carried over from ``previous``; None without a cache or a time."""
+    if not explicit:
+        return None
+    if given is None:
+        return previous.explicit_cache_expires_at if previous is not None else None
+    lifetime = ttl if ttl is not None else rules.explicit_ttl_seconds
+    if ttl is not None and not ttl > 0:
+        raise ValueError(f"explicit_cache_ttl must be seconds > 0, not {ttl!r}")
+    return None if at is None or lifetime is None else at + lifetime
 
 
 def _fingerprint(msg: Message) -> str:
@@ -295,7 +427,8 @@ def anthropic_blocks(msg: Message) -> tuple[int, bool]:
 
 
 def _plan_anthropic(ordered: list[Message], base: dict[str, object], rules: CacheRules,
-                    previous: CachePlan | None, shared: int) -> CachePlan:
+                    previous: CachePlan | None, shared: int,
+                    expect: tuple[float, ...]) -> CachePlan:
     prefix_tokens: tuple[int, ...] = base["prefix_tokens"]  # type: ignore[assignment]
     last_block: list[int] = []  # each message's last block, counted from 0
     eligible: list[int] = []
@@ -307,24 +440,92 @@ def _plan_anthropic(ordered: list[Message], base: dict[str, object], rules: Cach
         if cacheable and prefix_tokens[i] >= rules.min_tokens:
             eligible.append(i)
     pinned: int = base["pinned"]  # type: ignore[assignment]
-    chosen = choose_breakpoints(last_block, eligible, _valid_entries(previous, shared, eligible),
+    valid = _valid_entries(previous, shared, eligible, base["at"])  # type: ignore[arg-type]
+    chosen = choose_breakpoints(last_block, eligible, valid,
                                 rules.max_breakpoints, rules.lookback_blocks, pinned)
-    read_entry = max(_valid_entries(previous, shared, eligible), default=None)
+    read_entry = max(valid, default=None)
     read = prefix_tokens[read_entry] if read_entry is not None else 0
     written = prefix_tokens[chosen[-1]] - read if chosen else 0
     total = prefix_tokens[-1] if prefix_tokens else 0
+    ttl: str = base["ttl"]  # type: ignore[assignment]
+    ttls = (choose_ttls([prefix_tokens[i] for i in chosen], read, [i < pinned for i in chosen],
+                        rules, expect) if expect else [ttl] * len(chosen))
+    by_ttl: dict[str, int] = {}
+    done = read
+    for end, chosen_ttl in zip((prefix_tokens[i] for i in chosen), ttls, strict=True):
+        if end > done:
+            by_ttl[chosen_ttl] = by_ttl.get(chosen_ttl, 0) + end - done
+            done = end
+    entries = _entries(chosen, ttls, valid, read_entry, previous, base["at"])  # type: ignore[arg-type]
     ids: tuple[str, ...] = base["message_ids"]  # type: ignore[assignment]
     return CachePlan(**base, breakpoint_ids=tuple(ids[i] for i in chosen),  # type: ignore[arg-type]
-                     prompt_cache_key=None, entries=tuple(chosen), tokens_read=read,
-                     tokens_written=written, tokens_uncached=total - read - written)
+                     prompt_cache_key=None, entries=tuple(i for i, _, _ in entries),
+                     tokens_read=read, tokens_written=written,
+                     tokens_uncached=total - read - written, breakpoint_ttls=tuple(ttls),
+                     entry_ttls=tuple(t for _, t, _ in entries),
+                     entry_at=tuple(w for _, _, w in entries) if base["at"] is not None else (),
+                     written_by_ttl=tuple(sorted(by_ttl.items())))
 
 
-def _valid_entries(previous: CachePlan | None, shared: int, eligible: list[int]) -> list[int]:
-    """The previous turn's entries whose prefix this prompt still has."""
+def _entries(chosen: list[int], ttls: list[str], valid: list[int], read_entry: int | None,
+             previous: CachePlan | None, at: float | None) -> list[tuple[int, str, float]]:
+    """``(index, ttl, last written or read)`` of each entry once this turn is sent: the
+    breakpoints (written or renewed now) and, with a clock on both plans, the earlier
+    entries still valid (the one read renewed now, the others as they were). Without a
+    clock only the breakpoints (the entries not marked again are not counted on)."""
+    now = at if at is not None else 0.0
+    held = {i: (t, now) for i, t in zip(chosen, ttls, strict=True)}
+    if at is not None and previous is not None and previous.at is not None:
+        for k, i in enumerate(previous.entries):
+            if i in valid and i not in held:
+                held[i] = (previous.entry_ttl(k),
+                           now if i == read_entry else previous.entry_time(k))
+    return [(i, *held[i]) for i in sorted(held)]
+
+
+def _valid_entries(previous: CachePlan | None, shared: int, eligible: list[int],
+                   at: float | None) -> list[int]:
+    """The previous turn's entries whose prefix this prompt still has, unexpired at
+    ``at``."""
     if previous is None:
         return []
     allowed = set(eligible)
-    return [i for i in previous.entries if i < shared and i in allowed]
+    return [i for k, i in enumerate(previous.entries)
+            if i < shared and i in allowed and previous.alive(k, at)]
+
+
+def choose_ttls(ends: Sequence[int], read: int, in_head: Sequence[bool], rules: CacheRules,
+                gaps: Sequence[float]) -> list[str]:
+    """Each breakpoint's TTL (Anthropic), by expected cost, the longer ones first.
+
+    ``ends[i]`` is the prefix (tokens) breakpoint i caches, ascending; ``read`` the
+    tokens this request reads; ``in_head[i]`` whether it ends in the pinned head. A
+    breakpoint's segment (its tokens after the one before) is written now, those after
+    ``read`` at the TTL's write multiplier, then read ``HEAD_READS`` times (in the head)
+    or once; each later request comes after a gap drawn from ``gaps`` and, if the gap
+    outlives the TTL, writes the segment again instead of reading it. Anthropic requires
+    the longer TTL before the shorter, so the choice is how many leading breakpoints
+    take the longest TTL; a tie keeps the shorter (the default)."""
+    short, long = rules.ttls[0], rules.ttls[-1]
+
+    def price(ttl: str, segment: int, written: int, reads: int) -> float:
+        write = rules.write_multiplier[ttl]
+        missed = sum(g > rules.lifetime(ttl) for g in gaps) / len(gaps)
+        later = (1 - missed) * rules.read_multiplier + missed * write
+        return written * write + segment * reads * later
+
+    segments = []
+    start = 0
+    for end, head in zip(ends, in_head, strict=True):
+        segments.append((end - start, max(0, end - max(start, read)), HEAD_READS if head else 1))
+        start = max(start, end)
+    best, best_cost = 0, float("inf")
+    for count in range(len(ends) + 1):
+        cost = sum(price(long if i < count else short, *segment)
+                   for i, segment in enumerate(segments))
+        if cost < best_cost - 1e-9:
+            best, best_cost = count, cost
+    return [long if i < best else short for i in range(len(ends))]
 
 
 def choose_breakpoints(last_block: Sequence[int], eligible: Sequence[int],

@@ -4,6 +4,8 @@ The data file holds, per provider, a conservative ``default`` and per-model entr
 matched by the longest prefix of the model name (``claude-sonnet-4-5-20250929``
 matches ``claude-sonnet-4-5``); each entry names its ``source`` and the day it was
 read (``read_on``). A model that matches no entry gets the provider's default.
+Each entry also says how long a cache entry lives (``ttl_seconds`` per TTL, renewed by
+a read when ``refresh_on_hit``), with the source of those figures (``ttl_source``).
 """
 
 from __future__ import annotations
@@ -47,7 +49,18 @@ class CacheRules:
     """Anthropic: blocks a breakpoint looks back over for an earlier cache entry."""
     explicit_storage_per_hour: float | None = None
     """Gemini: an explicit cache's storage price per token-hour, in input tokens."""
+    ttl_seconds: dict[str, float] = field(default_factory=dict)
+    """How long an entry of each TTL lives after it was last written (or read, when
+    ``refresh_on_hit``); a TTL missing here never expires."""
+    refresh_on_hit: bool = True
+    """Whether a read renews an entry's life (Anthropic: at no cost)."""
+    explicit_ttl_seconds: float | None = None
+    """Gemini: an explicit cache's default lifetime from its creation."""
     note: str = field(default="", compare=False)
+
+    def lifetime(self, ttl: str) -> float:
+        """Seconds an entry of ``ttl`` lives unread (infinite when the rules give none)."""
+        return self.ttl_seconds.get(ttl, float("inf"))
 
     def cacheable(self, tokens: int) -> int:
         """The longest cacheable prefix of a ``tokens``-long shared prefix (0 below the
@@ -86,4 +99,7 @@ def cache_rules(provider: str, model: str | None = None) -> CacheRules:
         max_breakpoints=entry.get("max_breakpoints", 0),
         lookback_blocks=entry.get("lookback_blocks", 0),
         explicit_storage_per_hour=entry.get("explicit_storage_per_hour"),
+        ttl_seconds={k: float(v) for k, v in entry.get("ttl_seconds", {}).items()},
+        refresh_on_hit=entry.get("refresh_on_hit", True),
+        explicit_ttl_seconds=entry.get("explicit_ttl_seconds"),
         note=entry.get("note", ""))

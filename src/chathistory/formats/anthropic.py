@@ -36,7 +36,7 @@ Mapping, both directions:
   ``cache_breakpoint_id`` adds ``{"type": "ephemeral"}`` on the last block (not a
   thinking block) of each message it names, keeping a block's own. ``cache_plan`` (a
   ``chathistory.cache.CachePlan`` for Anthropic) adds its breakpoints the same way,
-  with ``"ttl": "1h"`` when the plan's TTL is one hour. More than four breakpoints
+  each with its TTL (``"ttl": "1h"`` where the plan chose one hour). More than four breakpoints
   raise. ``Message.name`` has no field and is not sent.
 """
 
@@ -121,8 +121,9 @@ def to_anthropic(
     The ``cache_control`` that ``from_anthropic`` kept on a part goes back on its block
     unless ``keep_cache_control=False`` (then only ``cache_breakpoint_id`` places
     breakpoints). ``cache_plan`` (from ``chathistory.cache.plan_cache``) places its
-    ``breakpoint_ids`` too, with its TTL (``{"type": "ephemeral", "ttl": "1h"}`` for
-    ``1h``) on every breakpoint placed; a plan for another provider or for other
+    ``breakpoint_ids`` too, each with its TTL (``breakpoint_ttls``:
+    ``{"type": "ephemeral", "ttl": "1h"}`` for ``1h``, the 1-hour ones first as the API
+    requires); a plan for another provider or for other
     messages raises (``$.cache_plan``). More than four breakpoints in all raise, as
     the API refuses them.
     Raises ``InvalidMessage`` naming the path for an unknown role, a stored
@@ -132,12 +133,12 @@ def to_anthropic(
     opts = Options(resolver, role_map, drop_unsupported, keep_cache_control)
     breakpoints = ({cache_breakpoint_id} if isinstance(cache_breakpoint_id, str)
                    else set(cache_breakpoint_id or ()))
-    cache_control: JSON = {"type": "ephemeral"}
+    ttls: dict[str, str] = {}  # a plan's breakpoints: their TTL
     if cache_plan is not None:
         check_cache_plan(cache_plan, messages, NS)
         breakpoints.update(cache_plan.breakpoint_ids)
-        if cache_plan.ttl != "5m":
-            cache_control["ttl"] = cache_plan.ttl
+        ttls = dict(zip(cache_plan.breakpoint_ids, cache_plan.breakpoint_ttls
+                        or [cache_plan.ttl] * len(cache_plan.breakpoint_ids), strict=True))
     system: list[JSON] = []
     turns: list[JSON] = []
     marked: list[str] = []  # where a block carries cache_control, in order
@@ -160,7 +161,9 @@ def to_anthropic(
             cacheable = [b for b in blocks if b["type"] not in _UNCACHEABLE]
             if not cacheable:
                 raise InvalidMessage("the cache breakpoint message has no block to mark", path)
-            cacheable[-1].setdefault("cache_control", dict(cache_control))
+            ttl = ttls.get(msg.id, "5m")
+            cacheable[-1].setdefault("cache_control", {"type": "ephemeral"} if ttl == "5m"
+                                     else {"type": "ephemeral", "ttl": ttl})
             breakpoints.discard(msg.id)
         marked.extend(path for _ in range(_breakpoints(blocks)))
     if breakpoints:

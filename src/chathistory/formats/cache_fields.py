@@ -1,10 +1,11 @@
 """The request fields a cache plan adds beside the messages, and the check that a plan
 fits the messages it is sent with.
 
-OpenAI's ``prompt_cache_key`` is a field of the request (Chat Completions and
-Responses alike), not of a message, so the encoders of messages cannot carry it:
-``cache_request_fields(plan)`` gives the fields to spread into the request (the
-request builders of ``chathistory.formats.requests`` do so). Anthropic's breakpoints
+OpenAI's ``prompt_cache_key`` (and ``prompt_cache_retention`` for the 24-hour TTL) is a
+field of the request (Chat Completions and Responses alike), not of a message, so the
+encoders of messages cannot carry it: ``cache_request_fields(plan)`` gives the fields
+to spread into the request (the request builders of ``chathistory.formats.requests`` do
+so). Anthropic's breakpoints
 go on blocks (``to_anthropic(messages, cache_plan=plan)``) and Gemini's implicit
 cache needs no field, so both give ``{}``.
 """
@@ -24,12 +25,16 @@ __all__ = ["cache_request_fields", "check_cache_plan"]
 
 
 def cache_request_fields(plan: CachePlan) -> dict[str, Any]:
-    """``{"prompt_cache_key": ...}`` for an OpenAI plan made with a session id, else
-    ``{}``: ``client.chat.completions.create(model=..., messages=...,
+    """``{"prompt_cache_key": ...}`` for an OpenAI plan made with a session id, and
+    ``"prompt_cache_retention": "24h"`` for one made with ``ttl="24h"``; else ``{}``:
+    ``client.chat.completions.create(model=..., messages=...,
     **cache_request_fields(plan))``, the same for ``client.responses.create``."""
+    fields: dict[str, Any] = {}
     if plan.provider == "openai" and plan.prompt_cache_key is not None:
-        return {"prompt_cache_key": plan.prompt_cache_key}
-    return {}
+        fields["prompt_cache_key"] = plan.prompt_cache_key
+    if plan.provider == "openai" and plan.ttl == "24h":  # extended retention
+        fields["prompt_cache_retention"] = "24h"
+    return fields
 
 
 def check_cache_plan(plan: CachePlan, messages: Sequence[Message], provider: str) -> None:
