@@ -57,6 +57,7 @@ from .requests import (
     openai_responses_request,
 )
 from .usage import (
+    record_usage,
     usage_from_anthropic,
     usage_from_gemini,
     usage_from_openai_chat,
@@ -76,6 +77,7 @@ __all__ = [
     "gemini_request",
     "openai_chat_request",
     "openai_responses_request",
+    "record_usage",
     "to_anthropic",
     "to_gemini",
     "to_openai_chat",

@@ -9,13 +9,16 @@ names; a field the provider left out counts 0. Counts are normalised as
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+import msgspec
+
 from ..errors import InvalidMessage
-from ..model import Usage
+from ..model import Message, Usage
 
 __all__ = [
+    "record_usage",
     "usage_from_anthropic",
     "usage_from_gemini",
     "usage_from_openai_chat",
@@ -154,3 +157,21 @@ def usage_from_response(obj: Any, *, model: str | None = None,
              "cache_creation") is not None or _get(obj, "type") == "message"):
         return usage_from_anthropic(obj, model=model, latency_ms=latency_ms)
     return usage_from_openai_responses(obj, model=model, latency_ms=latency_ms)
+
+
+def record_usage(messages: Iterable[Message], usage: Any, *, model: str | None = None,
+                 latency_ms: float | None = None) -> list[Message]:
+    """``messages`` with ``usage`` (a ``Usage``, or a response or usage object that
+    ``usage_from_response`` reads) on the last assistant message among them, when that
+    message has none yet; the others as they are. A ``usage`` that holds no usage
+    this module knows changes nothing."""
+    out = list(messages)
+    observed = usage_from_response(usage, model=model, latency_ms=latency_ms)
+    if observed is None:
+        return out
+    for i in range(len(out) - 1, -1, -1):
+        if out[i].role == "assistant":
+            if out[i].usage is None:
+                out[i] = msgspec.structs.replace(out[i], usage=observed)
+            break
+    return out
