@@ -144,3 +144,19 @@ def test_usage_round_trips_and_old_data_has_none() -> None:
     with pytest.raises(InvalidMessage) as err:
         decode_message(b'{"role": "assistant", "usage": {"input_tokens": -3}}')
     assert err.value.path == "$.usage.input_tokens"
+
+
+def test_a_usage_built_in_python_is_checked_by_validate() -> None:
+    from chathistory import Usage
+
+    msg = Message.assistant("hi")
+    msg.usage = Usage(input_tokens=5, cache_read_tokens=-1)
+    with pytest.raises(InvalidMessage) as err:
+        msg.validate()
+    assert err.value.path == "$.usage.cache_read_tokens"
+    msg.usage = Usage(input_tokens=5, latency_ms=float("nan"))
+    with pytest.raises(InvalidMessage) as err:
+        msg.validate()
+    assert err.value.path == "$.usage.latency_ms"
+    msg.usage = Usage(input_tokens=5, cache_write_1h_tokens=0, latency_ms=3)
+    assert msg.validate() is msg

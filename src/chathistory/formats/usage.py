@@ -169,6 +169,7 @@ def record_usage(messages: Iterable[Message], usage: Any, *, model: str | None =
     observed = usage_from_response(usage, model=model, latency_ms=latency_ms)
     if observed is None:
         return out
+    observed.check("$.usage")
     for i in range(len(out) - 1, -1, -1):
         if out[i].role == "assistant":
             if out[i].usage is None:

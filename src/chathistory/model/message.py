@@ -351,6 +351,10 @@ class Message(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
                 "a message needs non-empty text, an attachment, a tool call or a tool result",
                 "$.parts",
             )
+        if self.usage is not None:
+            if not isinstance(self.usage, Usage):
+                raise InvalidMessage("usage must be a Usage or null", "$.usage")
+            self.usage.check("$.usage")
         return self
 
 

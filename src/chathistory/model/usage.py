@@ -14,9 +14,12 @@ parser adds the cache fields. The parsers live in ``chathistory.formats.usage``.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import msgspec
+
+from ..errors import InvalidMessage
 
 __all__ = ["Usage"]
 
@@ -47,6 +50,27 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
     latency_ms: Annotated[float, msgspec.Meta(ge=0)] | None = None
     """Milliseconds from request to complete response, as the caller measured it."""
 
+    def check(self, path: str = "$") -> Usage:
+        """Return ``self`` or raise ``InvalidMessage`` naming the bad field: a decode
+        checks the counts, a constructor does not."""
+        for name in _COUNTS:
+            value = getattr(self, name)
+            if value is None and name in _OPTIONAL:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidMessage(f"expected an integer >= 0, got {value!r}",
+                                     f"{path}.{name}")
+        for name in ("model", "provider"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise InvalidMessage("expected a string or null", f"{path}.{name}")
+        latency = self.latency_ms
+        if latency is not None and (isinstance(latency, bool)
+                                    or not isinstance(latency, int | float)
+                                    or not math.isfinite(latency) or latency < 0):
+            raise InvalidMessage(f"expected a number >= 0, got {latency!r}",
+                                 f"{path}.latency_ms")
+        return self
+
     @property
     def uncached_input_tokens(self) -> int:
         """Prompt tokens neither read from nor written to the cache."""
@@ -70,3 +94,8 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
             cache_write_5m_tokens=both(self.cache_write_5m_tokens, other.cache_write_5m_tokens),
             cache_write_1h_tokens=both(self.cache_write_1h_tokens, other.cache_write_1h_tokens),
         )
+
+
+_COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+           "cache_write_5m_tokens", "cache_write_1h_tokens")
+_OPTIONAL = frozenset({"cache_write_5m_tokens", "cache_write_1h_tokens"})
