@@ -86,7 +86,9 @@ _FAKE_ID = "__fake_id__"  # what the SDK's Chat Completions model gives items fo
 def _item_key(item: Any) -> str | None:
     """What tells a response's output item from the others when it is added: its id,
     or its call id, or (for items without either) its JSON."""
-    get = item.get if isinstance(item, Mapping) else lambda k: getattr(item, k, None)
+    def get(key: str) -> Any:
+        return item.get(key) if isinstance(item, Mapping) else getattr(item, key, None)
+
     item_id, call_id = get("id"), get("call_id")
     if isinstance(item_id, str) and item_id and item_id != _FAKE_ID:
         return f"id:{item_id}"

@@ -257,8 +257,9 @@ def usage_of(response: JSON) -> Usage | None:
     counts = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
     if not any(usage.get(k) for k in counts):
         return None
-    write, one_hour = usage.get("cache_write_tokens") or 0, usage.get("cache_write_1h_tokens")
-    split = isinstance(one_hour, int) and one_hour > 0
+    write: int = usage.get("cache_write_tokens") or 0
+    one_hour: int = usage.get("cache_write_1h_tokens") or 0
+    split = one_hour > 0
     model, provider = response.get("model_name"), response.get("provider_name")
     return Usage(
         input_tokens=usage.get("input_tokens") or 0,
