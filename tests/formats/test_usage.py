@@ -134,12 +134,17 @@ def test_no_usage_is_none() -> None:
     assert usage_from_response(object()) is None
 
 
-def test_usage_is_never_sent_to_a_provider() -> None:
+def test_usage_is_never_sent_to_a_provider_nor_counted() -> None:
+    from chathistory.tokens import cached_count, get_counter
+
     plain = [Message.user("hi"), Message.assistant("hello", id="a")]
     observed = [plain[0], msgspec.structs.replace(plain[1], usage=ANTHROPIC)]
     for encode in (to_openai_chat, to_openai_responses, to_gemini):
         assert encode(observed) == encode(plain)
     assert to_anthropic(observed) == to_anthropic(plain)
+    counter = get_counter("approx")
+    assert cached_count(observed[1], counter) == cached_count(
+        Message.assistant("hello", id="a"), counter)
 
 
 def test_sums_and_rates() -> None:
