@@ -124,3 +124,39 @@ def test_raw_arguments_round_trip_and_are_left_out_when_unset() -> None:
     golden = json.loads((GOLDEN / "history_v1.json").read_bytes())
     calls = [p for m in golden["messages"] for p in m["parts"] if p["type"] == "tool_call"]
     assert calls and all("raw_arguments" not in c for c in calls)
+
+
+def test_usage_round_trips_and_old_data_has_none() -> None:
+    from chathistory import Usage
+    from chathistory.model.codec import decode_document, decode_message, encode_document
+
+    usage = Usage(input_tokens=1312, output_tokens=30, cache_read_tokens=1000,
+                  cache_write_tokens=300, cache_write_1h_tokens=200, model="claude-x",
+                  provider="anthropic", latency_ms=812.5)
+    msg = Message.assistant("hi")
+    msg.usage = usage
+    assert Message.from_json(msg.to_json()).usage == usage
+    assert decode_document(encode_document([msg]))[0][0].usage == usage
+    assert json.loads(msg.to_json())["usage"]["cache_write_1h_tokens"] == 200
+    assert "usage" not in json.loads(Message.assistant("hi").to_json())  # omitted unset
+    messages, _ = decode_document((GOLDEN / "history_v1.json").read_bytes())
+    assert all(m.usage is None for m in messages)
+    with pytest.raises(InvalidMessage) as err:
+        decode_message(b'{"role": "assistant", "usage": {"input_tokens": -3}}')
+    assert err.value.path == "$.usage.input_tokens"
+
+
+def test_a_usage_built_in_python_is_checked_by_validate() -> None:
+    from chathistory import Usage
+
+    msg = Message.assistant("hi")
+    msg.usage = Usage(input_tokens=5, cache_read_tokens=-1)
+    with pytest.raises(InvalidMessage) as err:
+        msg.validate()
+    assert err.value.path == "$.usage.cache_read_tokens"
+    msg.usage = Usage(input_tokens=5, latency_ms=float("nan"))
+    with pytest.raises(InvalidMessage) as err:
+        msg.validate()
+    assert err.value.path == "$.usage.latency_ms"
+    msg.usage = Usage(input_tokens=5, cache_write_1h_tokens=0, latency_ms=3)
+    assert msg.validate() is msg

@@ -43,6 +43,7 @@ HOMES = {
     "TokenCounter": "chathistory.tokens",
     "ToolCall": "chathistory.model",
     "ToolResult": "chathistory.model",
+    "Usage": "chathistory.model",
     "get_counter": "chathistory.tokens",
     "open_async_store": "chathistory.stores.aio",
     "open_store": "chathistory.stores",

@@ -32,6 +32,7 @@ from .model import (
     TextPart,
     ToolCall,
     ToolResult,
+    Usage,
 )
 from .provider import HistoryProvider, ProviderConflict, ProviderSessionState
 from .stores import Session, Store, open_store
@@ -75,6 +76,7 @@ __all__ = [
     "TokenCounter",
     "ToolCall",
     "ToolResult",
+    "Usage",
     "__version__",
     "get_counter",
     "open_async_store",

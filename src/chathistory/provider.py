@@ -42,6 +42,7 @@ import msgspec
 
 from .dispatch import default_dispatch
 from .errors import ChatHistoryError, Conflict, InvalidMessage, NotFound
+from .formats.usage import record_usage
 from .groups import Groups
 from .model import KVStatus, Message, new_id
 from .model.codec import message_from_builtins
@@ -296,11 +297,19 @@ class HistoryProvider:
         error: BaseException | None = None,
         *,
         complete: bool = True,
+        usage: Any = None,
+        latency_ms: float | None = None,
     ) -> int | None:
         """Store the turn: the new request messages (not stamped as history) and
         the responses, with the provider's state. Nothing is stored when ``error``
         is given or ``complete`` is False. Returns the session's new version (None
         when nothing was stored).
+
+        ``usage`` is what the provider reported for the response: a ``Usage``, or the
+        provider's response or its usage object as its SDK gives it (read by
+        ``formats.usage_from_response``); it is recorded, with ``latency_ms``, on the
+        last assistant message of ``response_messages`` unless that one carries
+        usage already.
 
         In a store this is two writes, each atomic, in this order: (1) the
         messages with the session's state (one ``append``; ``update_session`` when
@@ -324,7 +333,10 @@ class HistoryProvider:
             request = [m for m in request if not from_history(m)]
         else:
             request = [_unstamped(m) for m in request]
-        to_store = [m for m in [*request, *response_messages]
+        responses = list(response_messages)
+        if usage is not None:
+            responses = record_usage(responses, usage, latency_ms=latency_ms)
+        to_store = [m for m in [*request, *responses]
                     if self.store_filter is None or self.store_filter(m)]
         for key in ("window", "head", "summary"):
             if key in pending:
@@ -355,11 +367,13 @@ class HistoryProvider:
 
     async def aafter_run(self, session: Session, request_messages: Iterable[Message],
                          response_messages: Iterable[Message],
-                         error: BaseException | None = None, *, complete: bool = True
+                         error: BaseException | None = None, *, complete: bool = True,
+                         usage: Any = None, latency_ms: float | None = None
                          ) -> int | None:
         """``after_run`` without blocking the event loop."""
         return await self.dispatched(self.after_run, session, list(request_messages),
-                                   list(response_messages), error, complete=complete)
+                                   list(response_messages), error, complete=complete,
+                                   usage=usage, latency_ms=latency_ms)
 
 
 # ---------------------------------------------------------------- where messages live

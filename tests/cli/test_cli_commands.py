@@ -177,6 +177,50 @@ def test_stats(cli: Run, loaded: str) -> None:
     assert "total" in text and "chatgpt" in text and "assistant" in text
 
 
+def test_stats_usage_sums_observed_usage_per_session(cli: Run, store_url: str) -> None:
+    """``stats --usage``: per session, the prompt, cached, written and output tokens the
+    provider reported, the hit rate and the input cost relative to no caching by the
+    cache rules (Anthropic: reads 0.1x, 5-minute writes 1.25x, 1-hour writes 2x)."""
+    from chathistory import Message, Usage
+
+    store = open_store(store_url)
+    try:
+        for sid, usages in {"a": [Usage(input_tokens=1000, cache_write_tokens=900,
+                                        output_tokens=10, provider="anthropic",
+                                        model="claude-sonnet-4-5"),
+                                  Usage(input_tokens=1100, cache_read_tokens=900,
+                                        cache_write_tokens=100, cache_write_1h_tokens=100,
+                                        output_tokens=20, provider="anthropic",
+                                        model="claude-sonnet-4-5")],
+                            "b": [Usage(input_tokens=2000, cache_read_tokens=1024,
+                                        output_tokens=5, provider="openai", model="gpt-4.1")],
+                            "none": []}.items():
+            store.create_session(sid)
+            messages = [Message.user("hi")]
+            for k, usage in enumerate(usages):
+                answer = Message.assistant(f"answer {k}")
+                answer.usage = usage
+                messages += [answer, Message.user("more")]
+            store.append(sid, messages)
+    finally:
+        store.close()
+    stats = cli("stats", "--usage", "--json", "--store", store_url).json()["usage"]
+    assert set(stats["sessions"]) == {"a", "b"}
+    a = stats["sessions"]["a"]
+    assert {k: a[k] for k in ("responses", "input_tokens", "cache_read_tokens",
+                              "cache_write_tokens", "output_tokens")} == {
+        "responses": 2, "input_tokens": 2100, "cache_read_tokens": 900,
+        "cache_write_tokens": 1000, "output_tokens": 30}
+    assert a["hit_rate"] == pytest.approx(900 / 2100)
+    # (100 + 900 * 1.25) + (100 + 900 * 0.1 + 100 * 2.0), of 2,100 prompt tokens
+    assert a["relative_input_cost"] == pytest.approx((1225 + 390) / 2100)
+    b = stats["sessions"]["b"]
+    assert b["relative_input_cost"] == pytest.approx((976 + 1024 * 0.5) / 2000)
+    assert stats["total"]["input_tokens"] == 4100 and stats["total"]["responses"] == 3
+    text = cli("stats", "--usage", "--store", store_url).out
+    assert "observed usage" in text and "42.9%" in text  # a's hit rate
+
+
 def test_keys(cli: Run, store_url: str) -> None:
     created = cli("keys", "create", "acme", "--name", "backend", "--json", "--store", store_url)
     assert created.code == 0, created.err

@@ -57,8 +57,10 @@ def test_public_surface() -> None:
     assert set(formats.__all__) == {
         "Resolver", "RoleMap", "anthropic_request", "cache_request_fields", "from_anthropic",
         "from_gemini", "from_openai_chat", "from_openai_responses", "gemini_request",
-        "openai_chat_request", "openai_responses_request", "to_anthropic", "to_gemini",
-        "to_openai_chat", "to_openai_responses"}
+        "openai_chat_request", "openai_responses_request", "record_usage", "to_anthropic",
+        "to_gemini", "to_openai_chat", "to_openai_responses", "usage_from_anthropic",
+        "usage_from_gemini",
+        "usage_from_openai_chat", "usage_from_openai_responses", "usage_from_response"}
 
 
 # ---------------------------------------------------------------- roles

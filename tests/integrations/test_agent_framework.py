@@ -25,6 +25,7 @@ from chathistory.integrations.agent_framework import (
     ChatHistoryAgentProvider,
     from_agent_framework,
     to_agent_framework,
+    usage_of,
 )
 from chathistory.model import ImagePart, Reasoning, TextPart, ToolCall, ToolResult
 from chathistory.stores import BaseStore
@@ -82,6 +83,50 @@ def test_history_is_loaded_and_each_turn_stored(store: BaseStore) -> None:
         assert "messages" not in session.state["chathistory"]  # the store keeps them
 
     asyncio.run(go())
+
+
+class MeteredClient(ScriptedClient):
+    """``ScriptedClient`` whose responses report usage and their model, as the
+    framework's chat clients do."""
+
+    def _inner_get_response(self, *, messages: Sequence[AFMessage], stream: bool,
+                            options: Any, **kwargs: Any) -> Awaitable[ChatResponse]:
+        inner = super()._inner_get_response(messages=messages, stream=stream,
+                                            options=options, **kwargs)
+
+        async def answer() -> ChatResponse:
+            response = await inner
+            return ChatResponse(messages=response.messages, response_id="resp-1",
+                                model="claude-x", usage_details={
+                                    "input_token_count": 1312, "output_token_count": 30,
+                                    "cache_read_input_token_count": 1000,
+                                    "cache_creation_input_token_count": 300})
+
+        return answer()
+
+
+def test_a_runs_usage_details_are_the_answers_usage(store: BaseStore) -> None:
+    """Through the framework's own ``Agent``: ``AgentResponse.usage_details`` is kept on
+    the run's assistant message, with the model of the chat response it wraps."""
+    from chathistory import Usage
+
+    expected = Usage(input_tokens=1312, output_tokens=30, cache_read_tokens=1000,
+                     cache_write_tokens=300, model="claude-x")
+
+    async def go() -> None:
+        agent = Agent(MeteredClient(say("one")),
+                      context_providers=[ChatHistoryAgentProvider(store)])
+        session = agent.create_session()
+        response = await agent.run("hi", session=session)
+        assert usage_of(response) == expected
+        stored = store.range(session.session_id)
+        assert [m.usage for m in stored] == [None, expected]
+
+    asyncio.run(go())
+    uncached_rest = ChatResponse(messages=say("x"), usage_details={
+        "input_token_count": 12, "cache_read_input_token_count": 1000})
+    assert usage_of(uncached_rest) == Usage(input_tokens=1012, cache_read_tokens=1000)
+    assert usage_of(ChatResponse(messages=say("x"))) is None
 
 
 def test_without_a_store_the_session_carries_the_conversation() -> None:

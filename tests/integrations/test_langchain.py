@@ -21,11 +21,12 @@ from langchain_core.messages import (
     get_buffer_string,
 )
 
-from chathistory import IdReused, InvalidMessage, Message
+from chathistory import IdReused, InvalidMessage, Message, Usage
 from chathistory.integrations.langchain import (
     ChatHistoryMessageHistory,
     from_langchain,
     to_langchain,
+    usage_of,
 )
 from chathistory.model import AudioPart, FilePart, ImagePart, Reasoning, TextPart, ToolCall
 from chathistory.stores import BaseStore, MemoryStore
@@ -180,6 +181,30 @@ def test_add_and_read_back_every_kind(store: BaseStore, png_bytes: bytes) -> Non
     assert [m.role for m in stored][:4] == ["system", "developer", "user", "assistant"]
     sha = stored[2].attachments[0].sha256
     assert store.get_asset(sha) == png_bytes  # the image bytes live in the asset storage
+
+
+def test_usage_metadata_is_kept_as_the_messages_usage(store: BaseStore) -> None:
+    """An ``AIMessage``'s ``usage_metadata`` (as langchain-anthropic fills it: the
+    whole prompt in ``input_tokens``) is the stored message's ``Usage``; the message
+    reads back as LangChain gave it."""
+    from langchain_core.messages.ai import UsageMetadata
+
+    usage = UsageMetadata(input_tokens=1312, output_tokens=30, total_tokens=1342,
+                          input_token_details={"cache_read": 1000, "cache_creation": 300})
+    answer = AIMessage("hello", id="run-8", usage_metadata=usage, response_metadata={
+        "model_name": "claude-sonnet-4-5", "model_provider": "anthropic"})
+    expected = Usage(input_tokens=1312, output_tokens=30, cache_read_tokens=1000,
+                     cache_write_tokens=300, model="claude-sonnet-4-5", provider="anthropic")
+    assert usage_of(answer) == expected
+    assert usage_of(AIMessage("no usage")) is None
+    history = ChatHistoryMessageHistory(store, "s1")
+    history.add_messages([HumanMessage("hi"), answer])
+    assert store.get("s1", "run-8").usage == expected
+    assert dumps(history.messages[-1:]) == dumps([answer])
+    with pytest.raises(InvalidMessage) as err:
+        from_langchain([AIMessage("x", usage_metadata=UsageMetadata(
+            input_tokens=-1, output_tokens=0, total_tokens=0))])
+    assert err.value.path == "$[0].usage_metadata.input_tokens"
 
 
 def test_adding_the_same_messages_again_stores_nothing(store: BaseStore) -> None:

@@ -438,6 +438,60 @@ def test_tool_calls_round_trip_through_the_runner(method: str, store: BaseStore)
     asyncio.run(go())
 
 
+class MeteredModel(FakeModel):
+    """``FakeModel`` whose responses report usage, as a real model's do."""
+
+    def __init__(self, usages: list[Usage]) -> None:
+        super().__init__()
+        self.usages = usages
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        response = await super().get_response(*args, **kwargs)
+        return ModelResponse(output=response.output, usage=self.usages.pop(0),
+                             response_id=None)
+
+
+def test_usage_hooks_keep_each_responses_usage(store: BaseStore) -> None:
+    """Through the SDK's own runner, each model response's ``ModelResponse.usage`` is
+    the usage of the message of its last item: the call, then the answer."""
+    from agents.usage import InputTokensDetails, OutputTokensDetails
+
+    from chathistory import Usage as Observed
+
+    @function_tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return f"found {q}"
+
+    def reported(prompt: int, cached: int, out: int) -> Usage:
+        return Usage(requests=1, input_tokens=prompt, output_tokens=out,
+                     total_tokens=prompt + out,
+                     input_tokens_details=InputTokensDetails(cached_tokens=cached,
+                                                               cache_write_tokens=0),
+                     output_tokens_details=OutputTokensDetails(reasoning_tokens=0))
+
+    async def go() -> None:
+        session = ChatHistorySession("metered", store)
+        model = MeteredModel([reported(1200, 1024, 20), reported(1300, 1152, 8)])
+        agent = Agent(name="test", model=model, tools=[lookup])
+        model.set_next_output([ResponseFunctionToolCall(
+            type="function_call", call_id="call-1", name="lookup", arguments='{"q": "cats"}',
+            id="fc-1", status="completed")])
+        model.set_next_output([text_message("Cats found.")])
+        await Runner.run(agent, "Find cats", session=session, hooks=session.usage_hooks())
+        stored = store.range("metered")
+        assert [m.usage for m in stored] == [
+            None,
+            Observed(input_tokens=1200, output_tokens=20, cache_read_tokens=1024,
+                     provider="openai"),
+            None,
+            Observed(input_tokens=1300, output_tokens=8, cache_read_tokens=1152,
+                     provider="openai")]
+        assert session._observed == {}  # nothing left waiting
+
+    asyncio.run(go())
+
+
 def test_bad_items_store_nothing(session: ChatHistorySession, store: BaseStore) -> None:
     async def go() -> None:
         with pytest.raises(InvalidMessage) as caught:

@@ -183,6 +183,35 @@ def test_agent_runs_with_a_stored_history(store: BaseStore) -> None:
                                                    "second answer"]
 
 
+def test_a_responses_usage_is_the_messages_usage(store: BaseStore) -> None:
+    """``ModelResponse.usage`` of a run (pydantic-ai's ``RequestUsage``) is the stored
+    assistant message's ``Usage``, with the response's model and provider names;
+    the history still goes back to pydantic-ai as it was."""
+    from pydantic_ai.usage import RequestUsage
+
+    from chathistory import Usage
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart("measured")], model_name="claude-x",
+                             provider_name="anthropic", usage=RequestUsage(
+                                 input_tokens=1312, output_tokens=30, cache_read_tokens=1000,
+                                 cache_write_tokens=300, cache_write_1h_tokens=200))
+
+    run = Agent(FunctionModel(respond)).run_sync("Hello")
+    store.create_session("s1")
+    store.append("s1", from_pydantic_ai(run.all_messages()))
+    assert store.range("s1")[1].usage == Usage(
+        input_tokens=1312, output_tokens=30, cache_read_tokens=1000, cache_write_tokens=300,
+        cache_write_5m_tokens=100, cache_write_1h_tokens=200,
+        model="function:respond:", provider="anthropic")  # the name pydantic-ai reports
+    assert store.range("s1")[0].usage is None
+    back = to_pydantic_ai(store.range("s1"))
+    assert ModelMessagesTypeAdapter.dump_json(back) == ModelMessagesTypeAdapter.dump_json(
+        run.all_messages())
+    empty = ModelResponse(parts=[TextPart("unmeasured")])
+    assert from_pydantic_ai([empty])[0].usage is None
+
+
 def test_agent_with_tools_round_trips_through_the_store(store: BaseStore) -> None:
     agent = Agent(TestModel())
 

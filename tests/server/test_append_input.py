@@ -360,3 +360,31 @@ def test_an_unknown_format_is_a_400(served_sqlite: Served) -> None:
         response = _append(a, sid, {"messages": []}, format="cohere")
         assert response.status_code == 400
         assert "openai_chat" in response.json()["error"]["message"]
+
+
+# ---------------------------------------------------------------- observed usage
+
+
+def test_usage_is_taken_and_read_back_and_checked(served: Served, a: httpx.Client) -> None:
+    """An assistant message's observed usage goes in with the append and comes back
+    with every read; a bad count or an unknown usage field is a 422 naming it."""
+    sid = served.new_session(a)
+    usage = {"input_tokens": 1312, "output_tokens": 30, "cache_read_tokens": 1000,
+             "cache_write_tokens": 300, "cache_write_5m_tokens": 100,
+             "cache_write_1h_tokens": 200, "model": "claude-x", "provider": "anthropic",
+             "latency_ms": 812.5}
+    answer = {"role": "assistant", "parts": [{"type": "text", "text": "hello"}],
+              "usage": usage}
+    _refused(a, sid, {"messages": [{**answer, "usage": {**usage, "input_tokens": -1}}]},
+             "$.messages[0].usage.input_tokens", ">= 0")
+    _refused(a, sid, {"messages": [{**answer, "usage": {**usage, "cache_hits": 1}}]},
+             "$.messages[0].usage.cache_hits", "unknown field")
+    response = _append(a, sid, {"messages": [{"role": "user", "parts": [
+        {"type": "text", "text": "hi"}]}, answer]})
+    assert response.status_code == 200, response.text
+    assert _stored(a, sid)[1]["usage"] == usage
+    assert "usage" not in _stored(a, sid)[0]
+    window = a.get(f"/v1/sessions/{sid}/messages", params={"max_tokens": 8000}).json()
+    assert window["messages"][-1]["usage"] == usage
+    assert a.get(f"/v1/sessions/{sid}/messages", params={
+        "start": 0, "format": "anthropic"}).status_code == 200  # never sent to a provider

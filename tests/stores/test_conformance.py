@@ -28,6 +28,7 @@ from chathistory import (
     Reasoning,
     TextPart,
     ToolResult,
+    Usage,
 )
 from chathistory.stores import BaseStore
 from chathistory.tokens import cached_count
@@ -614,6 +615,35 @@ def test_id_reused_with_other_content_is_refused(store: BaseStore) -> None:
     assert store.append(fork.id, [Message.user("own", id="own")]) == 1
     _refused(store, fork.id, [Message.user("own!", id="own")], "own", "parts[0].text")
     assert store.get(s.id, "abc").text == "hello" and store.count(s.id) == 3
+
+
+def test_usage_round_trips_and_is_not_content(store: BaseStore) -> None:
+    """A response's observed usage is stored with its message and read back by every
+    read (tail, window, range, get, a fork's inherited prefix, export); a retry that
+    lost or re-measured it is still a retry, never ``IdReused``."""
+    s = store.create_session()
+    usage = Usage(input_tokens=1312, output_tokens=30, cache_read_tokens=1000,
+                  cache_write_tokens=300, cache_write_5m_tokens=100,
+                  cache_write_1h_tokens=200, model="claude-x", provider="anthropic",
+                  latency_ms=812.5)
+    answer = msgspec.structs.replace(Message.assistant("hello", id="a1"), usage=usage)
+    assert store.append(s.id, [Message.user("hi"), answer]) == 1
+    assert store.tail(s.id, 1)[0].usage == usage
+    assert store.window(s.id, 10_000)[-1].usage == usage
+    assert store.range(s.id)[1].usage == usage
+    assert store.get(s.id, "a1").usage == usage
+    assert store.range(s.id)[0].usage is None
+    fork = store.fork(s.id)
+    assert store.tail(fork.id, 1)[0].usage == usage
+    for retry in (Message.assistant("hello", id="a1"),
+                  msgspec.structs.replace(Message.assistant("hello", id="a1"),
+                                          usage=Usage(input_tokens=1))):
+        assert store.append(s.id, [retry]) == 1
+    assert store.get(s.id, "a1").usage == usage  # the first stored stays
+    _refused(store, s.id, [msgspec.structs.replace(Message.assistant("other", id="a1"),
+                                                   usage=usage)], "a1", "parts[0].text")
+    exported = [line for line in store.export(session_ids=[s.id]) if b'"a1"' in line]
+    assert exported and b'"cache_write_1h_tokens":200' in b"".join(exported)
 
 
 def test_id_resent_unchanged_is_a_retry(store: BaseStore) -> None:

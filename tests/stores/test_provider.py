@@ -103,6 +103,40 @@ def test_nothing_stored_on_error_or_incomplete(make) -> None:  # type: ignore[no
     assert session.state == before[1]
 
 
+def test_after_run_records_the_responses_usage(make) -> None:  # type: ignore[no-untyped-def]
+    """The usage a provider reported (here the OpenAI SDK's own response object) is
+    kept on the turn's last assistant message, read back by every storage; the async
+    twin takes it too, and a message that carries usage already keeps its own."""
+    from openai.types.chat import ChatCompletion
+
+    from chathistory import Usage
+
+    provider = make()
+    session = provider.new_session()
+    completion = ChatCompletion.model_validate({
+        "id": "c1", "object": "chat.completion", "created": 1, "model": "gpt-4.1",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": "ok"}}],
+        "usage": {"prompt_tokens": 2000, "completion_tokens": 40, "total_tokens": 2040,
+                  "prompt_tokens_details": {"cached_tokens": 1536}}})
+    prompt = provider.before_run(session, [Message.user("q")])
+    call = Message.assistant("", [{"id": "c", "name": "f", "arguments": {}}])
+    provider.after_run(session, prompt, [call, Message.tool_result("c", "r"),
+                                         Message.assistant("ok")],
+                       usage=completion, latency_ms=420.0)
+    stored = provider.get_messages(session)
+    assert [m.usage is not None for m in stored] == [False, False, False, True]
+    assert stored[-1].usage == Usage(input_tokens=2000, output_tokens=40,
+                                     cache_read_tokens=1536, model="gpt-4.1",
+                                     provider="openai", latency_ms=420.0)
+    own = Usage(input_tokens=7, output_tokens=1)
+    answer = Message.assistant("two")
+    answer.usage = own
+    prompt = provider.before_run(session, [Message.user("q2")])
+    asyncio.run(provider.aafter_run(session, prompt, [answer], usage=completion))
+    assert provider.get_messages(session)[-1].usage == own
+
+
 def test_filters(make) -> None:  # type: ignore[no-untyped-def]
     provider = make(load_filter=lambda m: m.role != "assistant",
                     store_filter=lambda m: "secret" not in m.text)

@@ -8,7 +8,9 @@ from typing import Any
 
 import msgspec
 
+from ..cache import input_cost
 from ..importers import TenantArg
+from ..model import Usage
 from ..stores.protocol import Store
 from ._common import (
     add_command,
@@ -22,16 +24,24 @@ from ._common import (
 )
 from ._output import Column, number, print_json, print_table
 
-HELP = "count sessions, forks, messages and tokens (by source; by role with --roles)"
+HELP = ("count sessions, forks, messages and tokens (by source; by role with --roles; "
+        "observed provider usage with --usage)")
 EPILOG = """\
 Counts come from the sessions' running totals, so they cost one read per
 session. A fork shares its parent's first messages: "messages" counts what
 each session shows, "stored" what is stored once. --roles reads every stored
 message once (Store.export) to count roles, tool calls and media exactly.
+--usage reads every stored message once too and sums, per session, the usage
+the provider reported for its responses (Message.usage): prompt tokens, those
+read from and written to the provider's cache, output tokens, the cache hit
+rate (read / prompt) and the prompt's cost relative to no caching, priced by
+the cache rules of the provider and model each response names (a fork counts
+only its own messages).
 
 examples:
   chathistory stats
   chathistory stats --roles --json
+  chathistory stats --usage
 """
 
 
@@ -39,6 +49,8 @@ def register(commands: Any) -> None:
     parser = add_command(commands, "stats", HELP, EPILOG)
     parser.add_argument("--roles", action="store_true",
                         help="also read every message: counts by role, tool calls, media")
+    parser.add_argument("--usage", action="store_true",
+                        help="also read every message: observed provider usage per session")
     parser.add_argument("--json", action="store_true", help="print the counts as JSON")
     add_store_option(parser)
     add_tenant_option(parser)
@@ -48,12 +60,14 @@ def register(commands: Any) -> None:
 class _Line(msgspec.Struct):
     kind: str
     message: dict[str, Any] | None = None
+    session_id: str | None = None
 
 
 _line_decoder = msgspec.json.Decoder(_Line)
 
 
-def collect(store: Store, tenant: TenantArg, roles: bool) -> dict[str, Any]:
+def collect(store: Store, tenant: TenantArg, roles: bool, usage: bool = False
+            ) -> dict[str, Any]:
     """The counts, as a JSON-ready dict."""
     by_source: dict[str, Counter[str]] = {}
     total: Counter[str] = Counter()
@@ -82,7 +96,57 @@ def collect(store: Store, tenant: TenantArg, roles: bool) -> dict[str, Any]:
     }
     if roles:
         out.update(_scan(store, tenant))
+    if usage:
+        out["usage"] = usage_by_session(store, tenant)
     return out
+
+
+_usage_decoder = msgspec.json.Decoder(Usage)
+_USAGE_KEYS = ("responses", "input_tokens", "cache_read_tokens", "cache_write_tokens",
+               "output_tokens", "hit_rate", "relative_input_cost")
+
+
+class _Sum:
+    """Observed usage added up: the counts, and the input cost of the responses whose
+    provider has cache rules (with the prompt tokens it prices)."""
+
+    def __init__(self) -> None:
+        self.usage, self.responses = Usage(), 0
+        self.cost, self.priced_tokens = 0.0, 0
+
+    def add(self, usage: Usage) -> None:
+        self.usage, self.responses = self.usage + usage, self.responses + 1
+        cost = input_cost(usage)
+        if cost is not None:
+            self.cost += cost
+            self.priced_tokens += usage.input_tokens
+
+    def as_dict(self) -> dict[str, Any]:
+        u = self.usage
+        return {"responses": self.responses, "input_tokens": u.input_tokens,
+                "cache_read_tokens": u.cache_read_tokens,
+                "cache_write_tokens": u.cache_write_tokens, "output_tokens": u.output_tokens,
+                "hit_rate": u.cache_hit_rate,
+                "relative_input_cost": (self.cost / self.priced_tokens
+                                        if self.priced_tokens else None)}
+
+
+def usage_by_session(store: Store, tenant: TenantArg) -> dict[str, Any]:
+    """Observed usage summed per session that has any, and over them all."""
+    sessions: dict[str, _Sum] = {}
+    total = _Sum()
+    for line in store.export(**tenant):
+        record = _line_decoder.decode(line)
+        if record.kind != "message" or record.message is None:
+            continue
+        raw = record.message.get("usage")
+        if raw is None:
+            continue
+        usage = _usage_decoder.decode(msgspec.json.encode(raw))
+        sessions.setdefault(str(record.session_id), _Sum()).add(usage)
+        total.add(usage)
+    return {"sessions": {k: v.as_dict() for k, v in sessions.items()},
+            "total": total.as_dict()}
 
 
 def _scan(store: Store, tenant: TenantArg) -> dict[str, Any]:
@@ -108,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     tenant = tenant_kwargs(args)
     store = open_cli_store(args)
     try:
-        stats = collect(store, tenant, args.roles)
+        stats = collect(store, tenant, args.roles, args.usage)
     finally:
         store.close()
     if args.json:
@@ -135,4 +199,28 @@ def run(args: argparse.Namespace) -> int:
                     [[p, number(n)] for p, n in stats["parts"].items()],
                     caption=f"{number(stats['stored_tokens'])} tokens stored "
                             f"(each message once)")
+    if args.usage:
+        print()
+        _print_usage(stats["usage"])
     return 0
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _print_usage(usage: dict[str, Any]) -> None:
+    columns = [Column("session"), Column("responses", numeric=True),
+               Column("input", numeric=True), Column("cached", numeric=True),
+               Column("written", numeric=True), Column("output", numeric=True),
+               Column("hit rate", numeric=True), Column("input cost", numeric=True)]
+
+    def row(name: str, s: dict[str, Any]) -> list[str]:
+        return [name, *(number(s[k]) for k in _USAGE_KEYS[:5]), _share(s["hit_rate"]),
+                _share(s["relative_input_cost"])]
+
+    rows = [row(sid, s) for sid, s in usage["sessions"].items()]
+    rows.append(row("total", usage["total"]))
+    print_table(columns, rows, title="observed usage",
+                caption="input cost: of the prompt at the base input price (no caching: "
+                        "100%), by the cache rules of each response's provider")

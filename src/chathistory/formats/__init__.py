@@ -39,6 +39,9 @@ Rules every adapter follows:
   ``cached_content`` are request fields, not message fields: the request builders
   (``openai_chat_request``, ``openai_responses_request``, ``anthropic_request``,
   ``gemini_request``) return the whole create call's keyword arguments.
+- A response's usage report is read by ``usage_from_*`` (or ``usage_from_response``,
+  which tells the four apart) into a ``Usage`` for ``Message.usage``; no encoder
+  sends it.
 """
 
 from ._common import Resolver, RoleMap
@@ -53,6 +56,14 @@ from .requests import (
     openai_chat_request,
     openai_responses_request,
 )
+from .usage import (
+    record_usage,
+    usage_from_anthropic,
+    usage_from_gemini,
+    usage_from_openai_chat,
+    usage_from_openai_responses,
+    usage_from_response,
+)
 
 __all__ = [
     "Resolver",
@@ -66,8 +77,14 @@ __all__ = [
     "gemini_request",
     "openai_chat_request",
     "openai_responses_request",
+    "record_usage",
     "to_anthropic",
     "to_gemini",
     "to_openai_chat",
     "to_openai_responses",
+    "usage_from_anthropic",
+    "usage_from_gemini",
+    "usage_from_openai_chat",
+    "usage_from_openai_responses",
+    "usage_from_response",
 ]

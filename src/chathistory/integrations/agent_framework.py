@@ -42,6 +42,12 @@ and the framework never sends it to a provider (a run leaves a message holding
 nothing else out of the context, as the framework's own provider leaves out a message
 with no contents).
 
+Observed usage: a run's ``AgentResponse.usage_details`` (the framework's sum over
+the run's model calls: ``input_token_count``, ``output_token_count``,
+``cache_read_input_token_count``, ``cache_creation_input_token_count``) is recorded
+on the run's last assistant message (``usage_of``), with the model of the response
+it wraps where that names one.
+
 Parity with the framework's ``InMemoryHistoryProvider`` (tested on every store
 backend, saved in one batch or one at a time, and through agent runs): what
 ``get_messages`` returns is ``to_dict()``-equal to what it returns after its
@@ -73,6 +79,7 @@ from ..model import (
     TextPart,
     ToolCall,
     ToolResult,
+    Usage,
 )
 from ..model.codec import message_from_builtins
 from ..provider import HistoryProvider as _Provider
@@ -103,7 +110,8 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test
     raise MissingDependency("agent-framework-core", "agent-framework") from exc
 
-__all__ = ["ChatHistoryAgentProvider", "from_agent_framework", "to_agent_framework"]
+__all__ = ["ChatHistoryAgentProvider", "from_agent_framework", "to_agent_framework",
+           "usage_of"]
 
 NS = "agent_framework"
 _PENDING = "_pending"
@@ -295,6 +303,33 @@ def _content(part: Part, path: str) -> Content | None:
 # ---------------------------------------------------------------- the provider
 
 
+def usage_of(response: Any) -> Usage | None:
+    """An ``AgentResponse``'s (or ``ChatResponse``'s) ``usage_details`` as a ``Usage``;
+    None without one. ``input_token_count`` is taken as the whole prompt, as OpenTelemetry's
+    ``gen_ai.usage.input_tokens`` is; one smaller than its cache reads and writes (a
+    client that passed on Anthropic's uncached remainder) has them added."""
+    details = getattr(response, "usage_details", None)
+    if not details:
+        return None
+    def count(*keys: str) -> int:
+        for key in keys:
+            value = details.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        return 0
+    read = count("cache_read_input_token_count", "anthropic.cache_read_input_tokens",
+                 "openai.cached_input_tokens")
+    write = count("cache_creation_input_token_count", "anthropic.cache_creation_input_tokens")
+    prompt = count("input_token_count")
+    if prompt < read + write:
+        prompt += read + write
+    raw = getattr(response, "raw_representation", None)
+    model = getattr(raw, "model", None) or getattr(raw, "model_id", None)
+    return Usage(input_tokens=prompt, output_tokens=count("output_token_count"),
+                 cache_read_tokens=read, cache_write_tokens=write,
+                 model=model if isinstance(model, str) else None).check("$.usage_details")
+
+
 class ChatHistoryAgentProvider(HistoryProvider):
     """An Agent Framework history provider over chathistory (see the module docstring).
 
@@ -379,7 +414,8 @@ class ChatHistoryAgentProvider(HistoryProvider):
                 request.extend(context.input_messages)
             outputs = list(response.messages) if self.store_outputs else []
             await self.history.aafter_run(ours, from_agent_framework(request),
-                                          from_agent_framework(outputs))
+                                          from_agent_framework(outputs),
+                                          usage=usage_of(response))
         self._keep(ours, state)
 
     def _context_to_store(self, agent: Any, context: SessionContext) -> list[AFMessage]:

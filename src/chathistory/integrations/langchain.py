@@ -66,6 +66,7 @@ from ..model import (
     TextPart,
     ToolCall,
     ToolResult,
+    Usage,
     new_id,
 )
 from ..stores.aio import AsyncStoreAdapter
@@ -106,7 +107,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test
     raise MissingDependency("langchain-core", "langchain") from exc
 
-__all__ = ["ChatHistoryMessageHistory", "from_langchain", "to_langchain"]
+__all__ = ["ChatHistoryMessageHistory", "from_langchain", "to_langchain", "usage_of"]
 
 NS = "langchain"
 _KEPT_FIELDS = ("additional_kwargs", "response_metadata", "usage_metadata",
@@ -115,6 +116,28 @@ _MEDIA = ("image", "audio", "file")
 
 
 # ---------------------------------------------------------------- LangChain -> ours
+
+
+def usage_of(message: AIMessage) -> Usage | None:
+    """An ``AIMessage``'s ``usage_metadata`` as a ``Usage`` (None without one).
+    LangChain's ``input_tokens`` is already the whole prompt, cache reads and
+    writes included (``input_token_details.cache_read`` / ``cache_creation``); the
+    model and provider come from ``response_metadata`` where the integration put
+    them (``model_name`` or ``model``, ``model_provider``)."""
+    usage = message.usage_metadata
+    if not usage:
+        return None
+    details: Any = usage.get("input_token_details") or {}
+    meta = message.response_metadata or {}
+    model = meta.get("model_name") or meta.get("model")
+    provider = meta.get("model_provider")
+    return Usage(input_tokens=usage.get("input_tokens") or 0,
+                 output_tokens=usage.get("output_tokens") or 0,
+                 cache_read_tokens=details.get("cache_read") or 0,
+                 cache_write_tokens=details.get("cache_creation") or 0,
+                 model=model if isinstance(model, str) else None,
+                 provider=provider if isinstance(provider, str) else None
+                 ).check("$.usage_metadata")
 
 
 def from_langchain(messages: Sequence[BaseMessage], *, idempotent_ids: bool = True
@@ -166,7 +189,8 @@ def _from_one(lc: BaseMessage, mid: str) -> Message | None:
     if lc.id != mid:
         kept["id"] = lc.id  # read back as given (None when it had none)
     msg = Message(id=mid, role=role, name=name, parts=parts,
-                  provider_metadata={NS: kept} if kept else {})
+                  provider_metadata={NS: kept} if kept else {},
+                  usage=usage_of(lc) if isinstance(lc, AIMessage) else None)
     original = json_safe(lc.content)
     if _rebuilt_content(msg) != original:
         kept["content"] = original  # blocks we do not model: keep them as given

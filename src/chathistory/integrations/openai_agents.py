@@ -35,6 +35,13 @@ Messages that other writers added to the same session (a ``HistoryProvider``,
 another adapter) are returned as ``to_openai_responses`` encodes them
 (``pop_item`` removes such a message whole and returns its last item).
 
+Observed usage: the Session protocol sees items, not responses, so the usage of
+each model response comes through run hooks: ``Runner.run(..., session=session,
+hooks=session.usage_hooks())`` (or ``session.observe(model_response)`` from hooks of
+your own). The SDK calls ``on_llm_end`` before it adds the response's items, and
+the usage is recorded on the message of the response's last output item when that
+item is added (matched by its id, or its ``call_id`` for a call without one).
+
 Provider compactions: a ``compaction`` item (``OpenAIResponsesCompactionSession``'s,
 or one the API returns) is stored as a ``Compaction`` part and returned as the item;
 another writer's OpenAI compaction is returned as its item, and an Anthropic one,
@@ -44,27 +51,65 @@ which the Responses API cannot read, is not returned but stays stored.
 from __future__ import annotations
 
 import contextlib
+import json
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, cast
 
+import msgspec
+
 from ..errors import InvalidMessage, MissingDependency, NotFound
 from ..formats.responses_items import ITEM_KEY, item_of, message_of
-from ..model import Message
+from ..formats.usage import usage_from_openai_responses
+from ..model import Message, Usage
 from ..stores.aio import AsyncStoreAdapter
 from ..stores.base import Store
 from ..stores.model import DEFAULT_TENANT
 from ._common import append_creating, or_empty, resolved, store_pair
 
 try:
-    from agents.items import TResponseInputItem
+    from agents.items import ModelResponse, TResponseInputItem
+    from agents.lifecycle import RunHooks
     from agents.memory import SessionSettings
     from agents.memory.session_settings import resolve_session_limit
 except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test
     raise MissingDependency("openai-agents", "openai-agents") from exc
 
-__all__ = ["ChatHistorySession", "item_of", "message_of"]
+__all__ = ["ChatHistorySession", "UsageHooks", "item_of", "message_of"]
 
 NS = ITEM_KEY
+MAX_OBSERVED = 64
+"""The most responses' usage a session holds while their items are not yet added."""
+_FAKE_ID = "__fake_id__"  # what the SDK's Chat Completions model gives items for an id
+
+
+def _item_key(item: Any) -> str | None:
+    """What tells a response's output item from the others when it is added: its id,
+    or its call id, or (for items without either) its JSON."""
+    def get(key: str) -> Any:
+        return item.get(key) if isinstance(item, Mapping) else getattr(item, key, None)
+
+    item_id, call_id = get("id"), get("call_id")
+    if isinstance(item_id, str) and item_id and item_id != _FAKE_ID:
+        return f"id:{item_id}"
+    if isinstance(call_id, str) and call_id:
+        return f"call:{call_id}"
+    if isinstance(item, Mapping):
+        return "json:" + json.dumps(item, sort_keys=True, default=str)
+    return None
+
+
+class UsageHooks(RunHooks[Any]):
+    """Run hooks that hand every model response to ``session.observe``, so its usage
+    is kept on the message of its last item."""
+
+    def __init__(self, session: ChatHistorySession) -> None:
+        self.session = session
+
+    async def on_llm_end(self, context: Any, agent: Any, response: ModelResponse) -> None:
+        model = agent.model if isinstance(agent.model, str) else getattr(agent.model, "model",
+                                                                         None)
+        self.session.observe(response, model=model if isinstance(model, str) else None)
 
 
 class ChatHistorySession:
@@ -85,6 +130,29 @@ class ChatHistorySession:
         self.tenant = tenant
         self.session_settings = session_settings or SessionSettings()
         self.pair_safe = pair_safe
+        self._observed: OrderedDict[str, Usage] = OrderedDict()
+
+    def observe(self, response: ModelResponse, *, model: str | None = None,
+                latency_ms: float | None = None) -> None:
+        """Keep ``response``'s usage until its last output item is added (then it is
+        that message's ``usage``). A response that reports no request is ignored."""
+        usage = response.usage
+        if not response.output or (usage.requests == 0 and not usage.input_tokens
+                                    and not usage.output_tokens):
+            return
+        inputs = response.to_input_items()
+        key = _item_key(inputs[-1]) if inputs else None
+        if key is None:
+            return
+        self._observed[key] = usage_from_openai_responses(usage, model=model,
+                                                          latency_ms=latency_ms)
+        while len(self._observed) > MAX_OBSERVED:
+            self._observed.popitem(last=False)
+
+    def usage_hooks(self) -> UsageHooks:
+        """Run hooks that record each model response's usage (``Runner.run(...,
+        hooks=session.usage_hooks())``)."""
+        return UsageHooks(self)
 
     def _messages(self, limit: int | None) -> list[Message]:
         store, sid, tenant = self.store, self.session_id, self.tenant
@@ -121,9 +189,13 @@ class ChatHistorySession:
         messages = []
         for i, item in enumerate(items):
             try:
-                messages.append(message_of(cast(Mapping[str, Any], item)))
+                message = message_of(cast(Mapping[str, Any], item))
             except InvalidMessage as exc:
                 raise exc.under(f"$[{i}]") from None
+            key = _item_key(item) if self._observed else None
+            if key is not None and key in self._observed:
+                message = msgspec.structs.replace(message, usage=self._observed.pop(key))
+            messages.append(message)
         await self.async_store.call(self.tenant, append_creating, self.store,
                                     self.session_id, messages, tenant=self.tenant)
 

@@ -30,6 +30,8 @@
   compaction outside an assistant message has no place and raises
   ``InvalidMessage``. A ``CompactionPart`` of another provider, and a request's
   summary (``SummarizingCompaction``), are kept as given.
+- A response's ``usage`` (with its model and provider names) is also the message's
+  ``Usage`` (``usage_of``): the observation chathistory reads; it is not sent back.
 - Every other field (timestamps, ids, ``provider_name`` / ``provider_details``,
   usage, model name, instructions, run ids) is kept in
   ``provider_metadata["pydantic_ai"]``, and parts with no chathistory equivalent
@@ -72,6 +74,7 @@ from ..model import (
     TextPart,
     ToolCall,
     ToolResult,
+    Usage,
     new_id,
 )
 from ._common import (
@@ -92,7 +95,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test
     raise MissingDependency("pydantic-ai-slim", "pydantic-ai") from exc
 
-__all__ = ["from_pydantic_ai", "to_pydantic_ai"]
+__all__ = ["from_pydantic_ai", "to_pydantic_ai", "usage_of"]
 
 NS = "pydantic_ai"
 JSON = dict[str, Any]
@@ -238,10 +241,34 @@ def _from_response(raw: JSON) -> Message:
     meta: JSON = {"response": _rest({**raw, "metadata": metadata or None}, "parts")}
     if extra:
         meta["extra"] = extra
-    message = Message(id=new_id(), role="assistant", parts=parts, provider_metadata={NS: meta})
+    message = Message(id=new_id(), role="assistant", parts=parts, provider_metadata={NS: meta},
+                      usage=usage_of(raw))
     if not storable(message):
         message.parts = [*parts, placeholder(NS)]
     return message.validate()
+
+
+def usage_of(response: JSON) -> Usage | None:
+    """A ``ModelResponse``'s ``usage`` (as pydantic-ai dumps it) as a ``Usage``, with
+    its ``model_name`` and ``provider_name``; None when it measured nothing.
+    pydantic-ai's ``input_tokens`` already includes the cache reads and writes, and
+    ``cache_write_1h_tokens`` is part of ``cache_write_tokens``."""
+    usage = response.get("usage") or {}
+    counts = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+    if not any(usage.get(k) for k in counts):
+        return None
+    write: int = usage.get("cache_write_tokens") or 0
+    one_hour: int = usage.get("cache_write_1h_tokens") or 0
+    split = one_hour > 0
+    model, provider = response.get("model_name"), response.get("provider_name")
+    return Usage(
+        input_tokens=usage.get("input_tokens") or 0,
+        output_tokens=usage.get("output_tokens") or 0,
+        cache_read_tokens=usage.get("cache_read_tokens") or 0, cache_write_tokens=write,
+        cache_write_5m_tokens=write - one_hour if split else None,
+        cache_write_1h_tokens=one_hour if split else None,
+        model=model if isinstance(model, str) else None,
+        provider=provider if isinstance(provider, str) else None).check("$.usage")
 
 
 def _compaction(part: JSON) -> Compaction | None:

@@ -17,6 +17,7 @@ from .parts import (
     ToolResult,
     new_id,
 )
+from .usage import Usage
 
 __all__ = [
     "KEPT_ROLES",
@@ -37,5 +38,6 @@ __all__ = [
     "TextPart",
     "ToolCall",
     "ToolResult",
+    "Usage",
     "new_id",
 ]

@@ -42,6 +42,7 @@ from .parts import (
     bare_mime,
     new_id,
 )
+from .usage import Usage
 
 __all__ = ["KEPT_ROLES", "PROVIDER_ROLES", "KVStatus", "Message", "ProviderRole", "Role",
            "check_described", "media_parts"]
@@ -150,6 +151,9 @@ class Message(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     kv_status: KVStatus = KVStatus.LOADED
     token_counts: dict[str, int] | None = None
     """Cached counts per token counter name; filled by ``chathistory.tokens``."""
+    usage: Usage | None = None
+    """What the provider reported for the response this (assistant) message is:
+    observation kept beside the content, never sent to a provider nor counted."""
 
     # ------------------------------------------------------------------ factories
 
@@ -347,6 +351,10 @@ class Message(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
                 "a message needs non-empty text, an attachment, a tool call or a tool result",
                 "$.parts",
             )
+        if self.usage is not None:
+            if not isinstance(self.usage, Usage):
+                raise InvalidMessage("usage must be a Usage or null", "$.usage")
+            self.usage.check("$.usage")
         return self
 
 

@@ -84,10 +84,11 @@ def validated(messages: Iterable[Message]) -> list[Message]:
 
 
 _json = msgspec.json.Decoder()
-_NOT_SENT = ("created_at", "kv_size", "kv_start", "kv_status", "token_counts")
+_NOT_SENT = ("created_at", "kv_size", "kv_start", "kv_status", "token_counts", "usage")
 """Fields of a message its sender does not say: the time it was made (a retry that
 builds the message again makes it anew), the KV-cache bookkeeping and the cached
-token counts, which selectors, windows and stores fill in."""
+token counts, which selectors, windows and stores fill in, and the provider's
+observed usage (a retry that lost or re-measured it is still a retry)."""
 _DERIVED = ("id", "data", "width", "height")
 """Fields of an attachment its ``sha256`` stands for: a random id of its own, the
 bytes (a store keeps them apart), an image's size measured from them (a reference
