@@ -351,12 +351,16 @@ def unbroken_text(s: Served, target: str, seconds: float) -> Result:
     worst = max(t for _, t in other)
     mid_other = sorted(t for _, t in other)[len(other) // 2]
     mid_attacker = sorted(t for _, t in attacker)[len(attacker) // 2] if attacker else 0.0
-    # queued behind the long counts, a short append waits as long as they take: on a
-    # machine of any speed or load (both wait on the same niced counting process), the
-    # slowest of the other tenant's is quicker than the attacker's median
-    if attacker and worst >= mid_attacker:
-        problems.append(f"the other tenant's slowest append ({worst:.2f} s) took as long as "
-                        f"the attacker's median ({mid_attacker:.2f} s): queued behind it")
+    # queued behind the long counts, a short append waits as long as they take: the
+    # other tenant's median append is then no quicker than the attacker's median (both
+    # wait on the same niced counting process, on a machine of any speed or load). One
+    # slow append of three (a pause of the machine) is a figure, not that fault.
+    if attacker and mid_other >= mid_attacker:
+        problems.append(f"the other tenant's median append ({mid_other:.2f} s) took as long "
+                        f"as the attacker's median ({mid_attacker:.2f} s): queued behind it")
+    elif attacker and worst >= mid_attacker:
+        late.append(f"the other tenant's slowest append ({worst:.2f} s) took as long as the "
+                    f"attacker's median ({mid_attacker:.2f} s)")
     if worst > UNBROKEN_LIMIT:  # the harness's figure (a loaded machine starves the
         # niced counting process for everyone: no multiple of it is a fault)
         late.append(f"the other tenant's slowest 300 KB append {worst * 1000:.0f} ms > "
