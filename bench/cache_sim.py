@@ -41,8 +41,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Block", "Request", "Usage", "AnthropicCache", "AutomaticCache", "GeminiExplicitCache",
-           "simulator"]
+__all__ = [
+    "AnthropicCache",
+    "AutomaticCache",
+    "Block",
+    "GeminiExplicitCache",
+    "Request",
+    "Usage",
+    "simulator",
+]
 
 ANTHROPIC_TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 ANTHROPIC_WRITE_MULTIPLIER = {"5m": 1.25, "1h": 2.0}
@@ -96,15 +103,16 @@ class Usage:
         return self.input_tokens + self.cache_read + sum(self.cache_write.values())
 
 
-def prefix_keys(blocks: Sequence[Block]) -> tuple[list[tuple[str, ...]], list[int]]:
-    """Each block's prefix (the keys up to and including it) and the tokens up to it: a
-    cache hit needs the whole prefix identical (all three providers: exact prefix match)."""
-    keys: list[tuple[str, ...]] = []
+def prefix_keys(blocks: Sequence[Block]) -> tuple[list[int], list[int]]:
+    """Each block's prefix (a chained hash of the keys up to and including it) and the
+    tokens up to it: a cache hit needs the whole prefix identical (all three providers:
+    exact prefix match)."""
+    keys: list[int] = []
     tokens: list[int] = []
-    running: tuple[str, ...] = ()
+    running = 0
     total = 0
     for block in blocks:
-        running = (*running, block.key)
+        running = hash((running, block.key))
         total += block.tokens
         keys.append(running)
         tokens.append(total)
@@ -172,7 +180,7 @@ class AnthropicCache:
     def __init__(self, model: str = "claude-sonnet-4-6") -> None:
         self.model = model
         self.min_tokens = anthropic_min_tokens(model)
-        self.entries: dict[tuple[str, ...], tuple[float, str]] = {}  # prefix -> (expiry, ttl)
+        self.entries: dict[int, tuple[float, str]] = {}  # prefix -> (expiry, ttl)
 
     def send(self, request: Request) -> Usage:
         blocks, now = request.blocks, request.time
@@ -247,7 +255,7 @@ class AutomaticCache:
         self.provider, self.model = provider, model
         self.lifetime, self.min_tokens, self.increment = lifetime, min_tokens, increment
         self.read_multiplier = read_multiplier
-        self.last_used: dict[tuple[str, ...], float] = {}
+        self.last_used: dict[int, float] = {}
 
     def cacheable(self, shared: int) -> int:
         if shared < self.min_tokens:

@@ -5,9 +5,9 @@ one test per documented rule (expiry, refresh on hit, TTL prices, minimums, Open
 from __future__ import annotations
 
 import pytest
+from bench.cache_sim import Block, Request
 
 from bench import cache_sim
-from bench.cache_sim import Block, Request
 
 
 def blocks(*sizes: int, breakpoints: dict[int, str] | None = None,
@@ -141,3 +141,47 @@ def test_gemini_explicit_cache_lives_its_ttl() -> None:
     assert cache.read(3599, 100).cost == pytest.approx(1100)
     with pytest.raises(ValueError, match="expired"):
         cache.read(3600, 100)
+
+
+# --- the replay's checks (bench.context) ------------------------------------------------
+
+
+def test_user_first_and_invalid_prompts() -> None:
+    from chathistory import Message
+    from chathistory.model import ToolCall, ToolResult
+
+    from bench import context
+
+    system, user = Message.system("s"), Message.user("u")
+    call = Message(role="assistant", parts=[ToolCall(id="c1", name="f", arguments={})])
+    result = Message(role="tool", parts=[ToolResult(call_id="c1", content="r")])
+    assert context.user_first([system, user, call, result])
+    assert not context.user_first([system, call, result])
+    assert context.invalid([system, user, call, result], "anthropic") == ""
+    assert context.invalid([system, user, result], "openai") == "result without its call"
+    assert context.invalid([system, user, call], "openai") == "call without its result"
+    # Anthropic merges same-role neighbours into a turn: an assistant text after the
+    # call is the call's turn; a user and an assistant message between are not
+    between = [Message.user("meanwhile"), Message.assistant("noted")]
+    assert context.invalid([system, user, call, Message.assistant("x"), result],
+                           "anthropic") == ""
+    assert context.invalid([system, user, call, *between, result], "anthropic") == (
+        "tool_result not after its tool_use")
+    assert context.invalid([system, user, call, *between, result], "openai") == ""
+
+
+def test_agent_replay_is_seeded_and_records_the_facts_asked_for() -> None:
+    from bench import context
+
+    first, again = context.agent_replay(60, seed=7), context.agent_replay(60, seed=7)
+    assert [m.text for m in first.messages] == [m.text for m in again.messages]
+    assert first.times == again.times and first.requests == again.requests
+    assert len(first.requests) >= 60 and first.times == sorted(first.times)
+    assert first.anchor_id == first.messages[1].id and first.messages[1].role == "user"
+    by_id = {m.id: m for m in first.messages}
+    for request, fact_id, label in first.asks:
+        fact = next(f for f in context.FACTS if f[0] == label)
+        assert fact[2] in by_id[fact_id].text or any(
+            fact[2] in str(r.content) for r in by_id[fact_id].tool_results)
+        asking = first.messages[first.requests[request] - 1]
+        assert asking.role == "user" and label in asking.text
