@@ -147,10 +147,9 @@ def test_gemini_explicit_cache_lives_its_ttl() -> None:
 
 
 def test_user_first_and_invalid_prompts() -> None:
+    from bench import context
     from chathistory import Message
     from chathistory.model import ToolCall, ToolResult
-
-    from bench import context
 
     system, user = Message.system("s"), Message.user("u")
     call = Message(role="assistant", parts=[ToolCall(id="c1", name="f", arguments={})])
