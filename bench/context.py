@@ -381,6 +381,7 @@ def peer_runs(replay: Replay, budget: int) -> list[Run]:
          lambda: cache_peers.agent_framework_context_window(budget)),
         ("Semantic Kernel ChatHistoryTruncationReducer",
          lambda: cache_peers.SemanticKernelAgentPeer(budget, target, threshold)),
+        ("Agents SDK ToolOutputTrimmer", lambda: cache_peers.ToolOutputTrimmerPeer(budget)),
     ]
     runs = []
     for label, make in makers:
@@ -396,9 +397,6 @@ def peer_runs(replay: Replay, budget: int) -> list[Run]:
         if getattr(peer, "written", 0):
             run.note = f"wrote {peer.written} tool-result summaries of its own"
         runs.append(run)
-    runs.append(Run("Agents SDK ToolOutputTrimmer", status="skipped",
-                    note="not adapted yet: it rewrites old tool outputs in place, which "
-                    "this suite cannot map back to the replay's messages"))
     return runs
 
 
