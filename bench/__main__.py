@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import cache, cache_clock, foundation, search, service, stores, window, writes
+from . import cache, cache_clock, context, foundation, search, service, stores, window, writes
 
 SUITES: dict[str, Callable[..., dict[str, Any]]] = {
     "foundation": foundation.run,
@@ -21,9 +21,10 @@ SUITES: dict[str, Callable[..., dict[str, Any]]] = {
     "writes": writes.run,
     "cache": cache.run,
     "cache_clock": cache_clock.run,
+    "context": context.run,
     "search": search.run,
 }
-ON_REQUEST = {"search"}
+ON_REQUEST = {"search", "context"}
 """Suites that run only when named: ``search`` loads tenants of up to 1,000,000 messages
 (tens of minutes, some GB of disk the first time)."""
 RESULTS = Path(__file__).resolve().parent / "results"

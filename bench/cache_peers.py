@@ -274,6 +274,66 @@ def semantic_kernel_counts(message_tokens: Sequence[int], budget: int) -> tuple[
     return target, max(0, capacity - target)
 
 
+# --- OpenAI Agents SDK ---------------------------------------------------------------------
+
+
+class ToolOutputTrimmerPeer(AgentPeer):
+    """The Agents SDK's ``ToolOutputTrimmer`` (its defaults: the items from the second
+    newest user message on are kept whole; older tool outputs over 500 characters become
+    a 200-character preview), run as the ``call_model_input_filter`` it is, before each
+    request, over the whole session as Responses items (``to_openai_responses``, the
+    system prompt as ``instructions``). It trims, it never drops: it keeps no budget.
+    An item it kept maps back to its message; a trimmed output becomes a tool message of
+    its own, one per call and text, so that later prompts share it as the SDK's would."""
+
+    distribution = "openai-agents"
+
+    def __init__(self, budget: int) -> None:
+        super().__init__(budget)
+        from agents.extensions import ToolOutputTrimmer
+        from agents.run_config import CallModelData, ModelInputData
+
+        from chathistory.formats import to_openai_responses
+
+        self.name = "Agents SDK ToolOutputTrimmer() (no budget)"
+        self.trimmer = ToolOutputTrimmer()
+        self.data, self.model_input = CallModelData, ModelInputData
+        self.encode = to_openai_responses
+        self.system: Any = None
+        self.items: list[Any] = []
+        self.owner: dict[int, Any] = {}  # id(item) -> chathistory message
+        self.trimmed: dict[tuple[str, str], Any] = {}
+
+    def add(self, message: Any) -> None:
+        if message.role == "system":
+            self.system = message
+            return
+        for item in self.encode([message]):
+            self.owner[id(item)] = message
+            self.items.append(item)
+
+    def prompt(self) -> list[Any]:
+        from chathistory import Message
+        from chathistory.model import ToolResult
+
+        filtered = self.trimmer(self.data(
+            model_data=self.model_input(input=list(self.items),
+                                        instructions=self.system and self.system.text),
+            agent=None, context=None))  # type: ignore[arg-type]
+        out: list[Any] = [self.system] if self.system is not None else []
+        for item in filtered.input:
+            message = self.owner.get(id(item))
+            if message is None:  # an output it trimmed: a message of its own, once
+                key = (item["call_id"], str(item.get("output")))
+                message = self.trimmed.get(key)
+                if message is None:
+                    message = self.trimmed[key] = Message(role="tool", parts=[ToolResult(
+                        call_id=item["call_id"], content=str(item.get("output")))])
+            if not out or out[-1] is not message:
+                out.append(message)
+        return out
+
+
 # --- checks ------------------------------------------------------------------------------
 
 
