@@ -113,9 +113,10 @@ local lo = math.max(0, n - tonumber(ARGV[1]))
 """ + _ROWS_TO_END
 PROBE_ROWS = 2000
 
-# KEYS: session rows ids cum kept calls over refs.  ARGV: expected_v seq new_v json new_r,
-# then the positions whose group-start flag is restored
-TRUNCATE = """
+# KEYS: session rows ids cum kept calls.  ARGV[1]: expected_v, ARGV[2]: seq.  Returns 0
+# when the session is not at expected_v; else the own rows from seq on, their ids, running
+# totals, kept roles and calls are gone (``seq`` stays a local for what follows).
+_DROP_FROM = """
 if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
 local seq = tonumber(ARGV[2])
 local gone = redis.call('ZRANGEBYSCORE', KEYS[3], seq, '+inf', 'WITHSCORES')
@@ -127,7 +128,11 @@ end
 for _, key in ipairs({KEYS[3], KEYS[5], KEYS[6]}) do
   redis.call('ZREMRANGEBYSCORE', key, seq, '+inf')
 end
-for k = 6, #ARGV do  -- group starts opened again by the truncation
+"""
+
+# KEYS: session rows ids cum kept calls over refs.  ARGV: expected_v seq new_v json new_r,
+# then the positions whose group-start flag is restored
+TRUNCATE = _DROP_FROM + """for k = 6, #ARGV do  -- group starts opened again by the truncation
   local row = redis.call('HGET', KEYS[2], ARGV[k])
   if row then redis.call('HSET', KEYS[2], ARGV[k], string.sub(row, 1, 1) .. '1' ..
                          string.sub(row, 3)) end
@@ -145,19 +150,8 @@ return 1
 # then (seq id cum kept payload)*, (call_id seq)*: the rows from seq on replaced by those
 # given (a message deleted from the middle, the later ones moved down), 0 when the
 # session is not at expected_v
-REWRITE = """
-if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
-local seq = tonumber(ARGV[2])
-local gone = redis.call('ZRANGEBYSCORE', KEYS[3], seq, '+inf', 'WITHSCORES')
-for k = 2, #gone, 2 do
-  local s = tonumber(gone[k])
-  redis.call('HDEL', KEYS[2], string.format('%d', s))
-  redis.call('ZREM', KEYS[4], string.format('%012d', s))
-end
-for _, key in ipairs({KEYS[3], KEYS[5], KEYS[6]}) do
-  redis.call('ZREMRANGEBYSCORE', key, seq, '+inf')
-end
-""" + _write_rows(7, 5, 6) + """redis.call('HSET', KEYS[1], 'v', ARGV[3], 'j', ARGV[4])
+REWRITE = _DROP_FROM + _write_rows(7, 5, 6) + """
+redis.call('HSET', KEYS[1], 'v', ARGV[3], 'j', ARGV[4])
 redis.call('HSET', KEYS[2], 'j', ARGV[4])
 return 1
 """
